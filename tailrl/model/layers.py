@@ -1,0 +1,199 @@
+"""Building blocks of the decoder: RMSNorm, rotary embedding, and tensor-parallel-ready linears.
+
+The linears follow the Megatron/nano-vllm split so tensor parallelism lives *inside* the layers:
+a column-parallel linear holds a slice of the output features, a row-parallel linear a slice of the
+input features and all-reduces its partial output. With `tp_size == 1` (the default) every collective
+is skipped. Each parameter carries a `weight_loader(param, full_tensor, shard_id)` that slices the
+full Hugging Face tensor for this rank, so checkpoint loading and weight sync share one path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+class TPContext:
+    """Which tensor-parallel group a layer belongs to. rank 0 of size 1 means no parallelism."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self.size = dist.get_world_size(group) if group is not None else 1
+        self.rank = dist.get_rank(group) if group is not None else 0
+
+
+NO_TP = TPContext()
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., dim) -> (..., dim); statistics in fp32 as in transformers."""
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
+    """(head_dim/2,) inverse frequencies, with llama3 scaling of the low frequencies when asked."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if scaling is None:
+        return inv
+    factor = scaling["factor"]
+    lo, hi = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+    old_len = scaling["original_max_position_embeddings"]
+    lo_wave, hi_wave = old_len / lo, old_len / hi
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > lo_wave, inv / factor, inv)
+    smooth = (old_len / wavelen - lo) / (hi - lo)
+    mid = (1 - smooth) * scaled / factor + smooth * scaled
+    is_mid = (wavelen >= hi_wave) & (wavelen <= lo_wave)
+    return torch.where(is_mid, mid, scaled)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (rotate-half convention, as Hugging Face Llama)."""
+
+    def __init__(self, head_dim: int, theta: float, scaling: dict | None):
+        super().__init__()
+        # kept out of the module's buffers so model.to(bfloat16) never rounds the frequencies
+        self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: (B, T) int -> cos, sin: (B, 1, T, head_dim) in `dtype`."""
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.float().unsqueeze(-1) * self.inv_freq  # (B, T, D/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (B, T, D)
+        return emb.cos().to(dtype).unsqueeze(1), emb.sin().to(dtype).unsqueeze(1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, T, D); cos/sin: (B, 1, T, D) -> (B, H, T, D)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T (+b) with W split by output rows across TP ranks; the output stays sharded.
+
+    `parts` lists the full output sizes of the fused projections (e.g. [q, k, v] or [gate, up]);
+    each part is sharded separately so a rank holds [q_r, k_r, v_r].
+    """
+
+    def __init__(self, in_features: int, parts: list[int], bias: bool, tp: TPContext = NO_TP):
+        super().__init__()
+        for p in parts:
+            if p % tp.size:
+                raise ValueError(f"output size {p} not divisible by tp size {tp.size}")
+        self.tp = tp
+        self.parts = [p // tp.size for p in parts]
+        out = sum(self.parts)
+        self.weight = nn.Parameter(torch.empty(out, in_features))
+        self.bias = nn.Parameter(torch.zeros(out)) if bias else None
+        self.weight.weight_loader = self.weight_loader
+        if bias:
+            self.bias.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
+        """Copy this rank's rows of part `shard_id` of the full (unsharded) tensor into `param`."""
+        n = self.parts[shard_id]
+        start = sum(self.parts[:shard_id])
+        rows = full.narrow(0, self.tp.rank * n, n)
+        param.data.narrow(0, start, n).copy_(rows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)  # (..., out/tp); no collective
+
+
+class RowParallelLinear(nn.Module):
+    """y = x W^T (+b) with W split by input columns; partial outputs are all-reduced across TP ranks."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPContext = NO_TP):
+        super().__init__()
+        if in_features % tp.size:
+            raise ValueError(f"input size {in_features} not divisible by tp size {tp.size}")
+        self.tp = tp
+        self.in_shard = in_features // tp.size
+        self.weight = nn.Parameter(torch.empty(out_features, self.in_shard))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.weight.weight_loader = self.weight_loader
+        if bias:
+            self.bias.weight_loader = self._bias_loader
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
+        param.data.copy_(full.narrow(1, self.tp.rank * self.in_shard, self.in_shard))
+
+    def _bias_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
+        param.data.copy_(full)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)  # (..., out) partial sum over this rank's input slice
+        if self.tp.size > 1:
+            dist.all_reduce(y, group=self.tp.group)  # collective: sum partial products
+        if self.bias is not None:
+            y = y + self.bias  # added once, after the reduction
+        return y
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Embedding with the vocabulary split across TP ranks; rows outside this rank's slice give 0,
+    and an all-reduce assembles the full embedding."""
+
+    def __init__(self, vocab: int, dim: int, tp: TPContext = NO_TP):
+        super().__init__()
+        if vocab % tp.size:
+            raise ValueError(f"vocab {vocab} not divisible by tp size {tp.size}")
+        self.tp = tp
+        self.shard = vocab // tp.size
+        self.start = tp.rank * self.shard
+        self.weight = nn.Parameter(torch.empty(self.shard, dim))
+        self.weight.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
+        param.data.copy_(full.narrow(0, self.start, self.shard))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (B, T) -> (B, T, dim)."""
+        if self.tp.size == 1:
+            return F.embedding(ids, self.weight)
+        local = ids - self.start
+        inside = (local >= 0) & (local < self.shard)
+        y = F.embedding(local.clamp(0, self.shard - 1), self.weight) * inside.unsqueeze(-1)
+        dist.all_reduce(y, group=self.tp.group)  # collective: each token's row lives on one rank
+        return y
+
+
+class ParallelLMHead(nn.Module):
+    """Logits over a vocabulary split across TP ranks, all-gathered to full width."""
+
+    def __init__(self, vocab: int, dim: int, tp: TPContext = NO_TP, tied: VocabParallelEmbedding | None = None):
+        super().__init__()
+        self.tp = tp
+        self.tied = tied
+        if tied is None:
+            self.weight = nn.Parameter(torch.empty(vocab // tp.size, dim))
+            self.weight.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
+        n = param.shape[0]
+        param.data.copy_(full.narrow(0, self.tp.rank * n, n))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: (..., dim) -> logits (..., vocab)."""
+        w = self.tied.weight if self.tied is not None else self.weight
+        logits = F.linear(h, w)
+        if self.tp.size > 1:
+            parts = [torch.empty_like(logits) for _ in range(self.tp.size)]
+            dist.all_gather(parts, logits.contiguous(), group=self.tp.group)  # collective: vocab slices
+            logits = torch.cat(parts, dim=-1)
+        return logits
