@@ -1,0 +1,114 @@
+"""Keyed sampling: every sampled token is a pure function of the processed distribution and the key
+(run seed, prompt uid, sample index, position) — never of batch composition, order, preemption, TP
+layout or speculation.
+
+Random numbers come from a counter-based integer hash computed vectorised in torch (int64 arithmetic,
+masked to 32 bits, identical on CPU and CUDA); there are no per-row generators. Two exact samplers are
+registered in SAMPLERS:
+
+- inverse_cdf: one keyed uniform per position; token = first index whose cumulative probability
+  exceeds u. One random number per token; the default (cheapest at large vocabularies).
+- gumbel: argmax(log p + Gumbel(key, token)); V random numbers per token.
+
+Both draw from exactly softmax(processed logits). Greedy (temperature 0) is argmax for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+_M32 = 0xFFFFFFFF
+_ROUNDS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F, 0x165667B1)
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 integer finaliser on int64 tensors holding 32-bit values; int64 products wrap,
+    and only their low 32 bits are kept, so results are exact and platform independent."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def key_hash(seed: torch.Tensor, uid: torch.Tensor, sample: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 each -> (B,) int64 32-bit hash of the sampling key."""
+    h = mix32(seed ^ _ROUNDS[0])
+    for i, part in enumerate((seed >> 32, uid, uid >> 32, sample, pos)):
+        h = mix32(h ^ (part & _M32) ^ _ROUNDS[(i + 1) % len(_ROUNDS)])
+    return h
+
+
+def uniform_from_hash(h: torch.Tensor, counter: torch.Tensor | int = 0) -> torch.Tensor:
+    """Hash (any shape) and a counter (broadcastable) -> float64 uniforms in (0, 1) with 53 random bits."""
+    a = mix32(h ^ mix32(torch.as_tensor(counter, dtype=torch.int64, device=h.device) * 2 + 1))
+    b = mix32(a ^ 0x68E31DA4)
+    bits = (a >> 5) * (1 << 26) + (b >> 6)  # 27 + 26 = 53 bits
+    return (bits.double() + 0.5) / float(1 << 53)
+
+
+def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                   top_p: torch.Tensor) -> torch.Tensor:
+    """logits: (B, V); temperature/top_p: (B,) float; top_k: (B,) int (0 = off).
+    Returns (B, V) float32 log-probabilities of the sampling distribution (-inf where filtered).
+    Rows with temperature 0 are returned unscaled (the caller takes argmax)."""
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+    x = logits.float() / t.unsqueeze(-1)
+    need_k = bool((top_k > 0).any())
+    need_p = bool((top_p < 1.0).any())
+    if need_k or need_p:
+        sorted_x, order = x.sort(dim=-1, descending=True)
+        remove = torch.zeros_like(sorted_x, dtype=torch.bool)
+        if need_k:
+            rank = torch.arange(x.shape[-1], device=x.device)
+            k = torch.where(top_k > 0, top_k, torch.full_like(top_k, x.shape[-1]))
+            remove |= rank.unsqueeze(0) >= k.unsqueeze(-1)
+        if need_p:
+            probs = sorted_x.masked_fill(remove, float("-inf")).softmax(-1)
+            before = probs.cumsum(-1) - probs  # mass strictly above this token
+            remove |= before > top_p.float().unsqueeze(-1)
+        remove[:, 0] = False  # keep the most likely token always
+        x = x.scatter(-1, order, sorted_x.masked_fill(remove, float("-inf")))
+    return x.log_softmax(-1)
+
+
+def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """logp: (B, V) processed log-probs; h: (B,) key hashes -> (B,) int64 tokens."""
+    u = uniform_from_hash(h)  # (B,)
+    cdf = logp.exp().double().cumsum(-1)  # (B, V), summed in float64 so batch shape cannot matter
+    target = (u * cdf[:, -1]).unsqueeze(-1)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return idx.clamp_(max=logp.shape[-1] - 1)
+
+
+def sample_gumbel(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """logp: (B, V); h: (B,) -> (B,) int64 argmax of logp + keyed Gumbel noise (one number per token)."""
+    tok = torch.arange(logp.shape[-1], device=logp.device, dtype=torch.int64)
+    u = uniform_from_hash(h.unsqueeze(-1), tok.unsqueeze(0))  # (B, V)
+    g = -torch.log(-torch.log(u))
+    return (logp.double() + g).argmax(-1)
+
+
+SAMPLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "inverse_cdf": sample_inverse_cdf,
+    "gumbel": sample_gumbel,
+}
+
+
+def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor, method: str = "inverse_cdf") -> tuple[torch.Tensor, torch.Tensor]:
+    """logits: (B, V); keys: (B, 4) int64 rows (seed, uid, sample, position).
+    Returns (tokens (B,) int64, logprobs (B,) float32). The logprob is that of the sampled token under
+    softmax(logits / T) — the temperature-scaled policy the trainer recomputes (before top-k/top-p)."""
+    h = key_hash(keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
+    logp = process_logits(logits, temperature, top_k, top_p)
+    tokens = SAMPLERS[method](logp, h)
+    greedy = temperature <= 0
+    if bool(greedy.any()):
+        tokens = torch.where(greedy, logits.argmax(-1), tokens)
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+    base = (logits.float() / t.unsqueeze(-1)).log_softmax(-1)
+    return tokens, base.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,108 @@
+"""Paged KV cache bookkeeping: fixed-size blocks, per-sequence block tables, reference counts.
+
+The tensor itself (`kv: (2, layers, num_blocks * block_size, kv_heads, head_dim)`) is owned here and
+handed to the model as-is; a token at position p of a sequence lives in slot
+`table[p // block_size] * block_size + p % block_size`.
+
+- fork: siblings share the prompt's blocks (refcount); the first write into a shared block copies it
+  (copy-on-write), so G samples of one prompt prefill once;
+- truncate (rollback of rejected tokens): forget positions >= n and free whole blocks past them — O(1)
+  per freed block, no tensor work;
+- free: return a sequence's blocks; allocation failure is reported (the scheduler preempts), never raised.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class OutOfBlocks(Exception):
+    """No free KV block; the scheduler answers by preempting a sequence (recompute later)."""
+
+
+class PagedKVCache:
+    def __init__(self, model, num_tokens: int, block_size: int, dtype=None, device=None):
+        self.block_size = block_size
+        self.num_blocks = max(1, num_tokens // block_size)
+        self.kv = model.new_kv_cache(self.num_blocks * block_size, dtype=dtype, device=device)
+        self.refcount = [0] * self.num_blocks
+        self.free_blocks = list(range(self.num_blocks - 1, -1, -1))  # pop() gives low ids first
+        self.tables: dict[int, list[int]] = {}  # seq id -> block ids
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self.free_blocks)
+
+    def blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.block_size)
+
+    def _alloc(self) -> int:
+        if not self.free_blocks:
+            raise OutOfBlocks
+        b = self.free_blocks.pop()
+        self.refcount[b] = 1
+        return b
+
+    def _release(self, b: int) -> None:
+        self.refcount[b] -= 1
+        if self.refcount[b] == 0:
+            self.free_blocks.append(b)
+
+    def table(self, seq: int) -> list[int]:
+        return self.tables.setdefault(seq, [])
+
+    def ensure(self, seq: int, start: int, n_new: int) -> None:
+        """Make positions [start, start + n_new) of `seq` writable: allocate missing blocks and copy
+        shared ones (copy-on-write). Raises OutOfBlocks with the table unchanged beyond what fit."""
+        table = self.table(seq)
+        need = self.blocks_for(start + n_new)
+        first_written = start // self.block_size
+        for j in range(first_written, min(len(table), need)):
+            if self.refcount[table[j]] > 1:  # shared with a sibling: copy before writing
+                new = self._alloc()
+                self._copy_block(table[j], new)
+                self._release(table[j])
+                table[j] = new
+        while len(table) < need:
+            table.append(self._alloc())
+
+    def can_ensure(self, seq: int, start: int, n_new: int) -> bool:
+        table = self.tables.get(seq, [])
+        need = self.blocks_for(start + n_new)
+        shared = sum(1 for j in range(start // self.block_size, min(len(table), need)) if self.refcount[table[j]] > 1)
+        return max(0, need - len(table)) + shared <= self.num_free
+
+    def fork(self, parent: int, child: int, n_tokens: int) -> None:
+        """child shares parent's first n_tokens (their blocks, by reference)."""
+        blocks = self.table(parent)[: self.blocks_for(n_tokens)]
+        for b in blocks:
+            self.refcount[b] += 1
+        self.tables[child] = list(blocks)
+
+    def truncate(self, seq: int, n_tokens: int) -> None:
+        """Rollback: keep only positions < n_tokens."""
+        table = self.table(seq)
+        keep = self.blocks_for(n_tokens)
+        for b in table[keep:]:
+            self._release(b)
+        del table[keep:]
+
+    def free(self, seq: int) -> None:
+        for b in self.tables.pop(seq, []):
+            self._release(b)
+
+    # -- tensor work ---------------------------------------------------------------------------
+    def _copy_block(self, src: int, dst: int) -> None:
+        bs = self.block_size
+        self.kv[:, :, dst * bs:(dst + 1) * bs].copy_(self.kv[:, :, src * bs:(src + 1) * bs])
+
+    def slots(self, seq: int, start: int, end: int) -> list[int]:
+        """Flat slots of positions [start, end) (blocks must exist)."""
+        table, bs = self.tables[seq], self.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def read(self, seq: int, n_tokens: int) -> torch.Tensor:
+        """(2, layers, n_tokens, kv_heads, head_dim) copy of a sequence's valid KV (migration, tests)."""
+        idx = torch.tensor(self.slots(seq, 0, n_tokens), dtype=torch.long, device=self.kv.device)
+        return self.kv.index_select(2, idx)

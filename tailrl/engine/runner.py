@@ -1,0 +1,89 @@
+"""Model runner: turns rows of new tokens into one padded forward over the paged cache.
+
+Execution only: it builds `AttnMetadata` from block tables and calls the model; which rows run, and
+what is done with the logits, is the scheduler's and the engine's business. A row is
+(seq id, start position, new token ids): prefill (start 0, whole prompt), decode (one token),
+speculative verify ([last, d1..dk]) and recompute after preemption all take this one path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailrl.engine.kv_cache import PagedKVCache
+from tailrl.model.attention import AttnMetadata
+
+
+def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
+                   device, sliding_window: int | None = None, tree_mask: list | None = None) -> tuple[AttnMetadata, torch.Tensor]:
+    """Attention metadata for B rows, row b writing `lengths[b]` new tokens at positions starts[b]...
+
+    tables: block table per row; tree_mask: optional per-row (n, n) bool tensor replacing the causal
+    pattern among that row's new tokens (token trees for speculative verification).
+    Returns (metadata, positions (B, T) int64)."""
+    B = len(starts)
+    T = max(lengths)
+    start = torch.tensor(starts, dtype=torch.long)
+    n_new = torch.tensor(lengths, dtype=torch.long)
+    ctx_len = start + n_new  # (B,)
+    L = int(ctx_len.max())
+    nb = max(len(t) for t in tables)
+    bt = torch.zeros(B, nb, dtype=torch.long)
+    for b, t in enumerate(tables):
+        bt[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+    key_pos = torch.arange(L)  # (L,)
+    key_valid = key_pos.unsqueeze(0) < ctx_len.unsqueeze(1)  # (B, L)
+    blk = (key_pos // block_size).clamp(max=nb - 1).unsqueeze(0).expand(B, L)
+    ctx_slots = bt.gather(1, blk) * block_size + key_pos % block_size  # (B, L)
+    ctx_slots = torch.where(key_valid, ctx_slots, torch.zeros_like(ctx_slots))
+    t_idx = torch.arange(T)  # (T,)
+    positions = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T)
+    q_valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)  # (B, T)
+    causal = key_pos.view(1, 1, L) <= positions.unsqueeze(-1)  # (B, T, L)
+    mask = causal & key_valid.unsqueeze(1)
+    if sliding_window is not None:
+        mask &= (positions.unsqueeze(-1) - key_pos.view(1, 1, L)) < sliding_window
+    if tree_mask is not None:
+        for b, tm in enumerate(tree_mask):
+            if tm is not None:
+                n, s = lengths[b], starts[b]
+                mask[b, :n, s:s + n] = tm
+    # padding queries attend to key 0 only, so softmax never sees an all-masked row
+    mask = torch.where(q_valid.unsqueeze(-1), mask, key_pos.view(1, 1, L) == 0)
+    flat_rows = (torch.arange(B).unsqueeze(1) * T + t_idx.unsqueeze(0))[q_valid]  # (N,)
+    write_slots = ctx_slots.gather(1, positions.clamp(max=L - 1))[q_valid]  # (N,)
+    positions = torch.where(q_valid, positions, torch.zeros_like(positions))
+    meta = AttnMetadata(
+        write_rows=flat_rows.to(device),
+        write_slots=write_slots.to(device),
+        context_slots=ctx_slots.to(device),
+        mask=mask.unsqueeze(1).to(device),
+    )
+    return meta, positions.to(device)
+
+
+class ModelRunner:
+    def __init__(self, model, cache: PagedKVCache):
+        self.model = model
+        self.cache = cache
+        self.device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def forward(self, seq_ids: list[int], starts: list[int], tokens: list[list[int]], all_logits: bool = False,
+                tree_mask: list | None = None) -> torch.Tensor:
+        """Run rows; K/V of the new tokens are written to their slots (blocks must be ensured).
+        Returns float logits (B, V) at each row's last new token, or (B, T, V) when all_logits."""
+        lengths = [len(t) for t in tokens]
+        T = max(lengths)
+        ids = torch.zeros(len(tokens), T, dtype=torch.long)
+        for b, t in enumerate(tokens):
+            ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+        tables = [self.cache.tables[s] for s in seq_ids]
+        meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
+                                         self.model.args.sliding_window, tree_mask)
+        logits_index = None
+        if not all_logits:
+            logits_index = (torch.tensor(lengths) - 1).unsqueeze(1).to(self.device)  # (B, 1)
+        logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv,
+                            logits_index=logits_index)
+        return logits.float() if all_logits else logits[:, 0].float()

@@ -1,0 +1,114 @@
+"""RolloutTrace: what happened during one rollout, and the tail metrics derived from it.
+
+Shared vocabulary (DESIGN.md): per group `len_max_over_median`, straggler event = ratio > tau (1.25);
+per rollout `straggler_rate`, `tail_phase_frac`, `tail_efficiency`.
+
+- tail phase: from the first moment the active batch falls below half of its peak until the end
+  (PAT's "tail phase": a few long responses keep running while most have finished);
+- tail_efficiency = (batch-1 decode time of the longest rollout) / (actual rollout time). The
+  batch-1 step time is the median decode step at active batch 1 in this trace, or, when the trace has
+  none, the engine's calibration. A synchronous step cannot exceed 1 without speculation.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepRecord:
+    kind: str  # "prefill" | "decode" | "verify"
+    t0: float
+    t1: float
+    batch: int  # active sequences in this forward
+    tokens: int  # tokens processed by the forward
+
+
+@dataclass
+class RequestRecord:
+    uid: int
+    sample_index: int
+    t_start: float
+    t_finish: float
+    num_tokens: int
+    finish_reason: str
+
+
+@dataclass
+class RolloutTrace:
+    steps: list[StepRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    t_end: float = 0.0
+    b1_step_s: float | None = None  # calibrated batch-1 decode step time (fallback)
+    tau: float = 1.25
+    preemptions: int = 0
+
+    # -- raw ------------------------------------------------------------------------------------
+    @property
+    def rollout_s(self) -> float:
+        return self.t_end
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.requests if r.finish_reason != "error")
+
+    def timeline(self) -> tuple[list[float], list[int]]:
+        """(times, active batch) per forward, for plots."""
+        return [s.t0 for s in self.steps], [s.batch for s in self.steps]
+
+    # -- derived --------------------------------------------------------------------------------
+    def group_lengths(self) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for r in self.requests:
+            if r.finish_reason != "error":
+                groups[r.uid].append(r.num_tokens)
+        return dict(groups)
+
+    def len_max_over_median(self) -> list[float]:
+        return [len_max_over_median(v) for v in self.group_lengths().values() if len(v) >= 2]
+
+    def straggler_rate(self) -> float:
+        ratios = self.len_max_over_median()
+        return sum(r > self.tau for r in ratios) / len(ratios) if ratios else 0.0
+
+    def tail_phase_frac(self) -> float:
+        if not self.steps or self.t_end <= 0:
+            return 0.0
+        peak = max(s.batch for s in self.steps)
+        for s in self.steps:
+            if s.kind != "prefill" and s.batch < peak / 2:
+                return (self.t_end - s.t0) / self.t_end
+        return 0.0
+
+    def b1_step_time(self) -> float | None:
+        b1 = [s.t1 - s.t0 for s in self.steps if s.kind == "decode" and s.batch == 1]
+        return statistics.median(b1) if b1 else self.b1_step_s
+
+    def tail_efficiency(self) -> float:
+        b1 = self.b1_step_time()
+        lengths = [r.num_tokens for r in self.requests if r.finish_reason != "error"]
+        if b1 is None or not lengths or self.t_end <= 0:
+            return 0.0
+        return max(lengths) * b1 / self.t_end
+
+    def summary(self) -> dict[str, float]:
+        ratios = self.len_max_over_median()
+        lengths = [r.num_tokens for r in self.requests if r.finish_reason != "error"]
+        return {
+            "timing_s/gen": self.t_end,
+            "rollout/tokens_per_s": self.decode_tokens / self.t_end if self.t_end > 0 else 0.0,
+            "rollout/straggler_rate": self.straggler_rate(),
+            "rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
+            "rollout/tail_phase_frac": self.tail_phase_frac(),
+            "rollout/tail_efficiency": self.tail_efficiency(),
+            "rollout/preemptions": float(self.preemptions),
+            "response_length/mean": statistics.mean(lengths) if lengths else 0.0,
+            "response_length/max": float(max(lengths)) if lengths else 0.0,
+        }
+
+
+def len_max_over_median(lengths: list[int]) -> float:
+    """max / median of one group's response lengths (median of >= 1 token)."""
+    return max(lengths) / max(statistics.median(lengths), 1.0)
