@@ -62,3 +62,35 @@ def tiny_native(family: str = "llama", tied: bool = False, seed: int = 0, **kw):
 def write_json(path: Path, obj) -> Path:
     path.write_text(json.dumps(obj))
     return path
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def make_char_tokenizer():
+    """A character-level HF fast tokenizer (printable ASCII + specials) with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    vocab = {t: i for i, t in enumerate(specials + chars)}
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
+    tk.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                  additional_special_tokens=specials[3:])
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_model_dir(folder: Path, family: str = "llama", seed: int = 0, **kw) -> Path:
+    """A complete tiny HF model folder (config, safetensors, tokenizer) with a real vocabulary."""
+    tok = make_char_tokenizer()
+    cfg = tiny_hf_config(family, vocab=len(tok), **kw)
+    cfg["eos_token_id"], cfg["bos_token_id"] = tok.eos_token_id, tok.bos_token_id
+    model = make_hf_model(cfg, seed)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    tok.save_pretrained(str(folder))
+    return folder

@@ -1,0 +1,35 @@
+"""Picture of a rollout's long tail: active batch size over time (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tailrl.engine.telemetry import RolloutTrace
+
+
+def plot_timeline(trace: RolloutTrace, path: str | Path, title: str = "rollout timeline") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    times, batch = trace.timeline()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.step(times + [trace.t_end], batch + [batch[-1] if batch else 0], where="post", lw=1.5)
+    tail = trace.tail_phase_frac()
+    if tail > 0:
+        ax.axvspan(trace.t_end * (1 - tail), trace.t_end, color="tab:red", alpha=0.12,
+                   label=f"tail phase ({tail:.0%} of time)")
+        ax.legend(loc="upper right")
+    s = trace.summary()
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("active sequences")
+    ax.set_title(f"{title} — {s['timing_s/gen']:.1f}s, tail efficiency {s['rollout/tail_efficiency']:.2f}, "
+                 f"straggler rate {s['rollout/straggler_rate']:.2f}", fontsize=9)
+    ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,84 @@
+"""The `tailrl` command: generate contract and one-line errors with exit code 2."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tailrl.cli import main
+from tests.helpers import make_model_dir
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_model_dir(tmp_path_factory.mktemp("m") / "tiny")
+
+
+def _prompts(tmp_path, lines):
+    p = tmp_path / "prompts.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_generate_contract(model_dir, tmp_path, capsys):
+    prompts = _prompts(tmp_path, ['{"prompt": "Hello"}', '{"messages": [{"role": "user", "content": "2+3?"}]}',
+                                  "this is not json", '{"prompt": ""}', '{"prompt": "' + "x" * 600 + '"}'])
+    out, png = tmp_path / "out.jsonl", tmp_path / "tl.png"
+    rc = main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--n", "3", "--max-new-tokens", "12",
+               "--temperature", "0.9", "--top-p", "0.95", "--seed", "4", "--out", str(out), "--timeline", str(png)])
+    assert rc == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 15
+    assert {k for k in rows[0]} >= {"prompt_index", "sample_index", "token_ids", "text", "finish_reason", "num_tokens"}
+    by = {(r["prompt_index"], r["sample_index"]): r for r in rows}
+    assert all(by[(i, k)]["finish_reason"] in ("stop", "length") for i in (0, 1) for k in range(3))
+    assert all(by[(i, 0)]["finish_reason"] == "error" for i in (2, 3, 4))
+    assert "line 3" in by[(2, 0)]["error"] and "empty" in by[(3, 0)]["error"] and "context" in by[(4, 0)]["error"]
+    assert by[(0, 0)]["num_tokens"] == len(by[(0, 0)]["token_ids"]) > 0
+    assert png.stat().st_size > 1000
+    err = capsys.readouterr().err
+    assert "straggler rate" in err and "tail efficiency" in err and "tokens/s" in err
+    # same seed, same tokens
+    out2 = tmp_path / "out2.jsonl"
+    main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--n", "3", "--max-new-tokens", "12",
+          "--temperature", "0.9", "--top-p", "0.95", "--seed", "4", "--out", str(out2)])
+    assert out2.read_text() == out.read_text()
+
+
+def _run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    return subprocess.run([sys.executable, "-m", "tailrl.cli", *args], capture_output=True, text=True, env=env)
+
+
+def test_missing_folder_is_one_line(tmp_path):
+    r = _run_cli("generate", "--model", str(tmp_path / "nope"), "--prompts", "x.jsonl")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "model folder not found" in r.stderr
+
+
+def test_bad_inputs_exit_2(model_dir, tmp_path, capsys):
+    prompts = _prompts(tmp_path, ['{"prompt": "hi"}'])
+    unsupported = tmp_path / "gpt2"
+    unsupported.mkdir()
+    (unsupported / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    noweights = tmp_path / "noweights"
+    noweights.mkdir()
+    (noweights / "config.json").write_text((model_dir / "config.json").read_text())
+    cases = {
+        str(unsupported): "unsupported architecture GPT2LMHeadModel",
+        str(noweights): "no weight files",
+    }
+    for path, msg in cases.items():
+        assert main(["generate", "--model", path, "--prompts", str(prompts)]) == 2
+        assert msg in capsys.readouterr().err
+    assert main(["generate", "--model", str(model_dir), "--prompts", str(tmp_path / "missing.jsonl")]) == 2
+    assert "prompts file not found" in capsys.readouterr().err
+    assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--engine", "max_batch=3"]) == 2
+    assert "unknown config key 'max_batch'" in capsys.readouterr().err
+
+
+def test_debug_shows_traceback(tmp_path):
+    r = _run_cli("--debug", "generate", "--model", str(tmp_path / "nope"), "--prompts", "x.jsonl")
+    assert r.returncode != 0 and "Traceback" in r.stderr
