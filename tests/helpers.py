@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import os
+
 import torch
+
+# Run the model/engine oracle tests on a GPU with TAILRL_TEST_DEVICE=cuda (CPU by default).
+DEVICE = os.environ.get("TAILRL_TEST_DEVICE", "cpu")
 
 FAMILIES = {
     "llama": dict(architectures=["LlamaForCausalLM"], model_type="llama"),
@@ -54,9 +59,9 @@ def tiny_native(family: str = "llama", tied: bool = False, seed: int = 0, **kw):
 
     cfg = tiny_hf_config(family, tied, **kw)
     hf = make_hf_model(cfg, seed)
-    native = build_model(ModelArgs.from_hf(cfg))
+    native = build_model(ModelArgs.from_hf(cfg), device=DEVICE)
     load_weights(native, hf.state_dict().items())
-    return native.eval(), hf
+    return native.eval(), hf.to(DEVICE)
 
 
 def write_json(path: Path, obj) -> Path:

@@ -28,9 +28,7 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
     ctx_len = start + n_new  # (B,)
     L = int(ctx_len.max())
     nb = max(len(t) for t in tables)
-    bt = torch.zeros(B, nb, dtype=torch.long)
-    for b, t in enumerate(tables):
-        bt[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+    bt = torch.tensor([t + [0] * (nb - len(t)) for t in tables], dtype=torch.long)  # (B, nb)
     key_pos = torch.arange(L)  # (L,)
     key_valid = key_pos.unsqueeze(0) < ctx_len.unsqueeze(1)  # (B, L)
     blk = (key_pos // block_size).clamp(max=nb - 1).unsqueeze(0).expand(B, L)
@@ -75,9 +73,7 @@ class ModelRunner:
         Returns float logits (B, V) at each row's last new token, or (B, T, V) when all_logits."""
         lengths = [len(t) for t in tokens]
         T = max(lengths)
-        ids = torch.zeros(len(tokens), T, dtype=torch.long)
-        for b, t in enumerate(tokens):
-            ids[b, : len(t)] = torch.tensor(t, dtype=torch.long)
+        ids = torch.tensor([t + [0] * (T - len(t)) for t in tokens], dtype=torch.long)  # (B, T)
         tables = [self.cache.tables[s] for s in seq_ids]
         meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
                                          self.model.args.sliding_window, tree_mask)

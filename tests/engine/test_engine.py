@@ -7,7 +7,7 @@ import torch
 
 from tailrl.config import EngineConfig
 from tailrl.engine import Engine, Request, SamplingParams
-from tests.helpers import tiny_native
+from tests.helpers import DEVICE, tiny_native
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], [30], [40, 41, 42, 43, 44, 45, 46], [3, 3, 3, 3]]
 
@@ -28,7 +28,7 @@ def test_greedy_matches_transformers_generate(models):
     params = SamplingParams(temperature=0, max_new_tokens=24)
     outs, _ = _engine(native).generate([Request(p, uid=i, params=params) for i, p in enumerate(PROMPTS)])
     for o in outs:
-        ref = hf.generate(torch.tensor([o.prompt_ids]), max_new_tokens=24, do_sample=False, eos_token_id=2,
+        ref = hf.generate(torch.tensor([o.prompt_ids], device=DEVICE), max_new_tokens=24, do_sample=False, eos_token_id=2,
                           pad_token_id=0)[0, len(o.prompt_ids):].tolist()
         assert o.token_ids == ref
         assert o.finish_reason == ("stop" if ref[-1] == 2 and len(ref) <= 24 and 2 in ref else "length")
@@ -97,10 +97,10 @@ def test_logprobs_match_full_forward(models):
     native, _ = models
     params = SamplingParams(temperature=0.7, max_new_tokens=10, seed=2, ignore_eos=True)
     (o,), _ = _engine(native).generate([Request(PROMPTS[3], uid=0, params=params)])
-    ids = torch.tensor([o.prompt_ids + o.token_ids])
+    ids = torch.tensor([o.prompt_ids + o.token_ids], device=DEVICE)
     with torch.no_grad():
         logp = (native(ids)[0, len(o.prompt_ids) - 1:-1] / 0.7).log_softmax(-1)
-    ref = logp.gather(-1, torch.tensor(o.token_ids)[:, None])[:, 0]
+    ref = logp.gather(-1, torch.tensor(o.token_ids, device=DEVICE)[:, None])[:, 0].cpu()
     assert torch.allclose(torch.tensor(o.logprobs), ref, atol=1e-5)
 
 
