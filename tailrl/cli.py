@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+
 from tailrl.errors import UserError
 
 

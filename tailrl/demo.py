@@ -32,7 +32,7 @@ def run_demo(model_ref: str, out_dir: str | None, n_prompts: int, n: int, max_ne
     from rich.console import Console
     from rich.table import Table
 
-    from tailrl.data.prompts import encode_row, PromptRow
+    from tailrl.data.prompts import PromptRow, encode_row
     from tailrl.engine import SamplingParams
     from tailrl.engine.timeline import plot_timeline
     from tailrl.generate import print_summary, run_generate

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from tailrl.config import Config, EngineConfig, dump_config, load_config
@@ -33,6 +35,6 @@ def test_wrong_types():
 
 def test_defaults_are_frozen():
     cfg = Config()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.engine.max_batch_size = 3  # type: ignore[misc]
     assert isinstance(cfg.engine, EngineConfig)

@@ -27,10 +27,10 @@ from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 
 
 class Engine:
-    def __init__(self, model, config: EngineConfig = EngineConfig(), eos_ids: Iterable[int] = (),
+    def __init__(self, model, config: EngineConfig | None = None, eos_ids: Iterable[int] = (),
                  detokenize: Callable[[list[int]], str] | None = None, tau: float = 1.25):
         self.model = model
-        self.config = config
+        self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
         self.cache = PagedKVCache(model, config.kv_cache_tokens, config.block_size)
         self.runner = ModelRunner(model, self.cache)

@@ -109,6 +109,7 @@ def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Te
     greedy = temperature <= 0
     if bool(greedy.any()):
         tokens = torch.where(greedy, logits.argmax(-1), tokens)
-    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
-    base = (logits.float() / t.unsqueeze(-1)).log_softmax(-1)
-    return tokens, base.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if bool((top_k > 0).any()) or bool((top_p < 1.0).any()):  # filtered: score under the unfiltered policy
+        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+        logp = (logits.float() / t.unsqueeze(-1)).log_softmax(-1)
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

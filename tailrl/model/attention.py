@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tailrl.model.layers import NO_TP, ColumnParallelLinear, RMSNorm, RowParallelLinear, TPContext, apply_rotary
+from tailrl.model.layers import (
+    NO_TP,
+    ColumnParallelLinear,
+    RMSNorm,
+    RowParallelLinear,
+    TPContext,
+    apply_rotary,
+)
 
 
 @dataclass
@@ -96,7 +103,7 @@ class Attention(nn.Module):
             L = attn.context_slots.shape[1]
             flat = attn.context_slots.reshape(-1)
             k_ctx = k_pool.index_select(0, flat).view(B, L, self.n_kv, hd).transpose(1, 2)  # (B, Hkv, L, D)
-            v_ctx = v_pool.index_select(0, flat).view(B, L, self.n_kv, hd).transpose(1, 2)
+            v_ctx = v_pool.index_select(0, flat).view(B, L, self.n_kv, hd).transpose(1, 2)  # (B, Hkv, L, D)
             o = F.scaled_dot_product_attention(q, k_ctx, v_ctx, attn_mask=attn.mask, enable_gqa=True)
         o = o.transpose(1, 2).reshape(B, T, self.n_heads * hd)
         return self.o_proj(o)

@@ -66,7 +66,7 @@ def load_weights(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tens
         seen.add((target, shard))
     if strict:
         missing = []
-        for n, p in params.items():
+        for n in params:
             parts = getattr(_owner(model, n), "parts", None) if n.endswith(("qkv_proj.weight", "qkv_proj.bias", "gate_up_proj.weight", "gate_up_proj.bias")) else None
             for s in range(len(parts) if parts else 1):
                 if (n, s) not in seen:
