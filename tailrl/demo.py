@@ -44,6 +44,7 @@ def run_demo(model_ref: str, out_dir: str | None, n_prompts: int, n: int, max_ne
     cfg = Config(model=ModelConfig(path=model_ref), engine=EngineConfig(kv_cache_tokens=16384),
                  rollout=RolloutConfig(group_size=n, max_new_tokens=max_new_tokens, temperature=0.8, seed=0))
     dump_config(cfg, run / "config.yaml")
+    console.print("[bold]resolved config[/bold]\n" + (run / "config.yaml").read_text().rstrip())
     console.print(f"[bold]tailrl demo[/bold]: {n_prompts} prompts x G={n} from {model_ref} -> {run}")
     t = time.perf_counter()
     try:
