@@ -51,10 +51,37 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    source: str = ""  # .jsonl / .json / .parquet file, a local HF `datasets` folder, or reasoning_gym:<task>
+    format: str = "auto"  # auto | jsonl | json | parquet | hf_disk | gsm8k | math500 | dapo_math | reasoning_gym
+    prompt_field: str = "prompt"  # field holding the question text (format-specific readers know theirs)
+    messages_field: str = "messages"  # field holding chat turns, used instead of prompt_field when present
+    answer_field: str = "answer"  # ground truth handed to rewards as `answer`
+    prompt_template: str = "{prompt}"  # user turn text; {prompt} is the question
+    system_prompt: str = ""  # optional system turn
+    chat_template: bool = True  # apply the tokenizer's chat template (else plain text)
+    on_bad_row: str = "skip"  # skip (and count) | fail
+    limit: int = 0  # keep the first N rows (0 = all)
+    reasoning_gym_size: int = 1000  # rows generated for a reasoning_gym:<task> source
+    seed: int = 0  # shuffling / generation seed
+    shuffle: bool = True
+    eval_source: str = ""  # held-out set for `tailrl eval` and periodic eval (same fields/format)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    functions: tuple[str, ...] = ("math",)  # registry names (math | gsm8k | boxed | format | ...) or module:function
+    weights: tuple[float, ...] = ()  # one per function (default 1.0 each)
+    timeout_s: float = 10.0  # per call; a timeout scores 0 and is counted
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
 
 
 def _valid_keys(cls) -> str:
