@@ -1,0 +1,27 @@
+"""Per-token logprobs of given completion tokens under a model (the training forward)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """logits: (S, T, V) predicting targets (S, T) -> (S, T) log softmax(logits / T)[target].
+    Computed row-chunk by row-chunk in fp32 to bound the (S, T, V) fp32 temporary."""
+    out = []
+    for lg, tg in zip(logits.split(4), targets.split(4)):
+        lp = (lg.float() / temperature).log_softmax(-1)
+        out.append(lp.gather(-1, tg.unsqueeze(-1)).squeeze(-1))
+    return torch.cat(out)
+
+
+def completion_logprobs(model, input_ids: torch.Tensor, prompt_lens: torch.Tensor, max_completion: int,
+                        temperature: float = 1.0) -> torch.Tensor:
+    """input_ids: (S, L) right-padded prompt+completion; prompt_lens: (S,).
+    Returns (S, max_completion) logprobs of completion tokens (garbage past each row's end: mask it)."""
+    S, L = input_ids.shape
+    idx = prompt_lens.unsqueeze(1) - 1 + torch.arange(max_completion, device=input_ids.device)  # predicting positions
+    idx = idx.clamp(max=L - 2)  # (S, C)
+    pred = model(input_ids, logits_index=idx)  # (S, C, V): the LM head runs on completion positions only
+    targets = input_ids.gather(1, idx + 1)  # (S, C)
+    return token_logprobs(pred, targets, temperature)

@@ -1,0 +1,7 @@
+"""Group-size controllers: choose G for the next step, observe the step's group lengths.
+Pure Python (no torch), so other frameworks can drive them."""
+
+from tailrl.control.base import CONTROLLERS, GroupController, build_controller
+from tailrl.control.static import StaticController
+
+__all__ = ["CONTROLLERS", "GroupController", "StaticController", "build_controller"]
