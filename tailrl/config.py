@@ -76,12 +76,69 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class AlgoConfig:
+    """`name` picks a preset (ALGORITHM_PRESETS); any field left unset (None) takes the preset's value."""
+
+    name: str = "grpo"  # grpo | drgrpo | dapo
+    advantage: str | None = None  # grpo | drgrpo (tailrl.algo.ADVANTAGES)
+    loss_agg: str | None = None  # token-mean | seq-mean-token-mean | seq-mean-token-sum-norm
+    eps_low: float | None = None  # PPO clip range below 1
+    eps_high: float | None = None  # above 1 (DAPO clip-higher: 0.28)
+    kl_coef: float = 0.0  # beta of the k3 KL to a frozen reference (0 = no reference model)
+    ppo_epochs: int = 1  # mu: update epochs per rollout batch (ratio vs old logprobs of the training forward)
+    dynamic_sampling: bool | None = None  # DAPO: drop zero-reward-std groups and refill with new prompts
+    max_refill_rounds: int = 3  # cap on DAPO refill generations per step
+    overlong_buffer: int | None = None  # DAPO soft overlong penalty: last N tokens of the budget (0 = off)
+    overlong_penalty: float = 1.0  # penalty at the budget (linear ramp over the buffer)
+
+
+ALGORITHM_PRESETS: dict[str, dict] = {
+    "grpo": dict(advantage="grpo", loss_agg="seq-mean-token-mean", eps_low=0.2, eps_high=0.2,
+                 dynamic_sampling=False, overlong_buffer=0),
+    "drgrpo": dict(advantage="drgrpo", loss_agg="seq-mean-token-sum-norm", eps_low=0.2, eps_high=0.2,
+                   dynamic_sampling=False, overlong_buffer=0),
+    "dapo": dict(advantage="grpo", loss_agg="token-mean", eps_low=0.2, eps_high=0.28, dynamic_sampling=True,
+                 overlong_buffer=-1),  # -1: a quarter of max_new_tokens
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    total_steps: int = 10
+    rollout_batch_size: int = 64  # B rollouts per step = P prompts x G samples (G from the controller)
+    micro_batch_size: int = 8  # sequences per training forward/backward
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, ...] = (0.9, 0.999)
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    out_dir: str = "runs"
+    run_name: str = ""  # default: <time>
+    save_every: int = 0  # checkpoint every N steps (0: only at the end)
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # evaluate on data.eval_source every N steps (0: off)
+    eval_prompts: int = 64
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "tailrl"
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    kind: str = "static"  # static (SAGC lands with its issue)
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
 
 
 def _valid_keys(cls) -> str:

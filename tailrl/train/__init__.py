@@ -1,0 +1,1 @@
+"""Trainer loop, update, checkpoints, metrics and the per-step display."""

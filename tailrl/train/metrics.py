@@ -1,0 +1,58 @@
+"""Metrics sinks: metrics.jsonl (always), TensorBoard (default on), Weights & Biases (when asked and
+installed). Names follow veRL/TRL (`timing_s/gen`, `actor/pg_loss`, `response_length/mean`, ...)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, wandb: bool = False, wandb_project: str = "tailrl",
+                 config: dict | None = None, resume_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if resume_step is not None and self.path.is_file():
+            # rows past the checkpoint we resume from were produced by steps that will be redone
+            rows = [line for line in self.path.read_text().splitlines() if line.strip()]
+            keep = [r for r in rows if json.loads(r).get("step", 0) <= resume_step]
+            self.path.write_text("".join(r + "\n" for r in keep))
+        self._file = self.path.open("a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
+        self._wandb = None
+        if wandb:
+            try:
+                import wandb as _wandb
+            except ImportError:
+                _wandb = None
+            if _wandb is not None:
+                self._wandb = _wandb.init(project=wandb_project, config=config, dir=str(run_dir), resume="allow")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {"step": step, **{k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None)
+                                for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []

@@ -1,0 +1,55 @@
+"""Resolve and validate the algorithm section: preset values fill unset fields; registries checked once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tailrl.config import ALGORITHM_PRESETS, AlgoConfig, Config
+from tailrl.errors import UserError
+
+
+def resolve_algo(algo: AlgoConfig, max_new_tokens: int) -> AlgoConfig:
+    from tailrl.algo import ADVANTAGES, AGGREGATIONS
+
+    if algo.name not in ALGORITHM_PRESETS:
+        raise UserError(f"unknown algo.name '{algo.name}'; valid: {', '.join(ALGORITHM_PRESETS)}")
+    preset = ALGORITHM_PRESETS[algo.name]
+    filled = replace(algo, **{k: v for k, v in preset.items() if getattr(algo, k) is None})
+    if filled.overlong_buffer == -1:
+        filled = replace(filled, overlong_buffer=max_new_tokens // 4)
+    if filled.advantage not in ADVANTAGES:
+        raise UserError(f"unknown algo.advantage '{filled.advantage}'; valid: {', '.join(ADVANTAGES)}")
+    if filled.loss_agg not in AGGREGATIONS:
+        raise UserError(f"unknown algo.loss_agg '{filled.loss_agg}'; valid: {', '.join(AGGREGATIONS)}")
+    if filled.ppo_epochs < 1:
+        raise UserError(f"algo.ppo_epochs must be >= 1, got {filled.ppo_epochs}")
+    if not 0 <= filled.overlong_buffer < max_new_tokens:
+        raise UserError(f"algo.overlong_buffer must be in [0, rollout.max_new_tokens), got {filled.overlong_buffer}")
+    return filled
+
+
+def validate(cfg: Config) -> Config:
+    """Checks that need several sections; returns cfg with algo resolved."""
+    t, r = cfg.train, cfg.rollout
+    if not cfg.model.path:
+        raise UserError("model.path is required (an HF folder, a .gguf file or a known name)")
+    if not cfg.data.source:
+        raise UserError("data.source is required (a .jsonl/.parquet file, an HF datasets folder or reasoning_gym:<task>)")
+    if t.total_steps < 1 or t.micro_batch_size < 1 or t.rollout_batch_size < 1:
+        raise UserError("train.total_steps, train.micro_batch_size and train.rollout_batch_size must be >= 1")
+    if r.group_size < 1 or t.rollout_batch_size % r.group_size:
+        raise UserError(f"rollout.group_size ({r.group_size}) must divide train.rollout_batch_size "
+                        f"({t.rollout_batch_size})")
+    if r.max_new_tokens < 1 or r.temperature < 0:
+        raise UserError("rollout.max_new_tokens must be >= 1 and rollout.temperature >= 0")
+    return replace(cfg, algo=resolve_algo(cfg.algo, r.max_new_tokens))
+
+
+def overlong_penalty(length: int, max_new_tokens: int, buffer: int, penalty: float) -> float:
+    """DAPO soft overlong punishment: 0 up to max - buffer, then a linear ramp down to -penalty at max."""
+    if buffer <= 0:
+        return 0.0
+    start = max_new_tokens - buffer
+    if length <= start:
+        return 0.0
+    return -penalty * min(length - start, buffer) / buffer

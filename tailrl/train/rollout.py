@@ -1,0 +1,105 @@
+"""The rollout phase of one step: prompts -> engine -> rewards -> groups (with DAPO refills).
+
+Groups carry everything later stages need; no loose dicts cross into the update.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from tailrl.engine import Engine, Request, Rollout, RolloutTrace, SamplingParams
+from tailrl.train.recipe import overlong_penalty
+
+
+@dataclass
+class Group:
+    example: object  # tailrl.data.datasets.Example
+    prompt_ids: list[int]
+    rollouts: list[Rollout]
+    texts: list[str]
+    scores: list[float]  # final reward per rollout (incl. overlong penalty)
+    components: dict[str, list[float]]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [r.num_tokens for r in self.rollouts]
+
+    @property
+    def score_std(self) -> float:
+        return statistics.pstdev(self.scores) if len(self.scores) > 1 else 0.0
+
+
+@dataclass
+class RolloutPhase:
+    groups: list[Group]  # kept groups (P at most)
+    traces: list[RolloutTrace]  # one per generation round
+    generated: list[Group] = field(default_factory=list)  # every group generated this step (for metrics)
+    reward_s: float = 0.0
+    reward_errors: int = 0
+    reward_timeouts: int = 0
+    refill_rounds: int = 0
+
+
+class RolloutWorker:
+    """Draws prompts, generates G samples each with the shared engine, scores them."""
+
+    def __init__(self, engine: Engine, tokenizer, sampler, reward, encode, params: SamplingParams,
+                 overlong_buffer: int, overlong_penalty_value: float):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.sampler = sampler
+        self.reward = reward
+        self.encode = encode  # Example -> prompt token ids (cached by the caller)
+        self.params = params
+        self.overlong = (overlong_buffer, overlong_penalty_value)
+        self.draws = 0  # prompts drawn so far: each draw gets a fresh sampling uid
+
+    def generate_groups(self, examples: list, group_size: int) -> tuple[list[Group], RolloutTrace, float, int, int]:
+        requests, prompt_ids = [], []
+        for ex in examples:
+            ids = self.encode(ex)
+            prompt_ids.append(ids)
+            requests.append(Request(ids, uid=self.draws, n=group_size, params=self.params))
+            self.draws += 1
+        rollouts, trace = self.engine.generate(requests)
+        by_uid: dict[int, list[Rollout]] = {}
+        for r in rollouts:
+            by_uid.setdefault(r.uid, []).append(r)
+        t0 = time.perf_counter()
+        texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in rollouts]
+        flat_ex = [ex for ex in examples for _ in range(group_size)]  # rollouts come sorted by (uid, sample)
+        batch = self.reward.score([ex.prompt for ex in flat_ex], texts, [ex.row for ex in flat_ex])
+        reward_s = time.perf_counter() - t0
+        groups, i = [], 0
+        buf, pen = self.overlong
+        for q, ex, ids in zip(requests, examples, prompt_ids):
+            rs = sorted(by_uid[q.uid], key=lambda r: r.sample_index)
+            sl = slice(i, i + len(rs))
+            scores = [s + overlong_penalty(r.num_tokens, self.params.max_new_tokens, buf, pen)
+                      for s, r in zip(batch.scores[sl], rs)]
+            comps = {k: v[sl] for k, v in batch.components.items()}
+            groups.append(Group(ex, ids, rs, texts[sl], scores, comps))
+            i += len(rs)
+        return groups, trace, reward_s, batch.errors, batch.timeouts
+
+    def step(self, num_prompts: int, group_size: int, dynamic_sampling: bool, max_refill_rounds: int) -> RolloutPhase:
+        """Generate P groups; with dynamic sampling drop zero-std groups and refill (capped)."""
+        phase = RolloutPhase([], [])
+        need, rounds = num_prompts, 0
+        while need > 0 and rounds <= max_refill_rounds:
+            groups, trace, rs, err, to = self.generate_groups(self.sampler.next(need), group_size)
+            phase.traces.append(trace)
+            phase.generated += groups
+            phase.reward_s += rs
+            phase.reward_errors += err
+            phase.reward_timeouts += to
+            kept = [g for g in groups if not dynamic_sampling or g.score_std > 0]
+            phase.groups += kept[:need]
+            need = num_prompts - len(phase.groups)
+            rounds += 1
+            if not dynamic_sampling:
+                break
+        phase.refill_rounds = rounds - 1
+        return phase

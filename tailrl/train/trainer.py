@@ -1,0 +1,232 @@
+"""The synchronous on-policy trainer. One step:
+
+    G = controller.choose(); P = B // G
+    groups = rollout worker (engine on the policy itself, rewards, DAPO refills)
+    A = ADVANTAGES[algo.advantage](scores, groups)
+    update(policy, kept) x ppo_epochs  (micro-batched; loss aggregation explicit)
+    controller.observe(lengths); log; checkpoint
+
+The Trainer subclasses nothing; its parts (controller, engine, reward, sampler) are built here and
+could be injected by a caller.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from tailrl.algo import ADVANTAGES
+from tailrl.config import Config, dump_config, load_config, to_dict
+from tailrl.control import build_controller
+from tailrl.engine import SamplingParams
+from tailrl.errors import UserError
+from tailrl.generate import build_engine
+from tailrl.train.batch import make_train_batch
+from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tailrl.train.metrics import MetricsLogger
+from tailrl.train.recipe import validate
+from tailrl.train.rollout import RolloutWorker
+from tailrl.train.update import TrainingDiverged, UpdateSpec, batch_logprobs, update_step
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False, console=None):
+        from tailrl.data.datasets import encode_example, load_dataset
+        from tailrl.data.sampler import PromptSampler
+        from tailrl.model import load
+        from tailrl.model.loading import args_to_hf_config
+        from tailrl.rewards import build_reward
+
+        self.cfg = cfg = validate(cfg)
+        self.run_dir = Path(run_dir)
+        self.console = console
+        torch.manual_seed(cfg.train.seed)
+        self.model, self.tokenizer = load(cfg.model.path, dtype=cfg.model.dtype, device=cfg.model.device)
+        self.hf_config = args_to_hf_config(self.model.args)
+        self.dataset = load_dataset(cfg.data)
+        self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
+        self.reward = build_reward(cfg.reward)
+        self.controller = build_controller(cfg.control.kind, group_size=cfg.rollout.group_size)
+        self.engine = build_engine(self.model, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
+        r = cfg.rollout
+        self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                     max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
+        self._encoded: dict[int, list[int]] = {}
+        chat = cfg.data.chat_template
+
+        def encode(ex):
+            if ex.uid not in self._encoded:
+                self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat)
+            return self._encoded[ex.uid]
+
+        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params,
+                                    cfg.algo.overlong_buffer, cfg.algo.overlong_penalty)
+        t = cfg.train
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
+                                           weight_decay=t.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
+        self.reference = None
+        if cfg.algo.kl_coef > 0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.spec = UpdateSpec(cfg.algo.loss_agg, cfg.algo.eps_low, cfg.algo.eps_high, cfg.algo.kl_coef,
+                               r.max_new_tokens, t.micro_batch_size, max(r.temperature, 1e-6) if r.temperature > 0 else 1.0,
+                               t.max_grad_norm)
+        self.step_idx = 0
+        self.last_checkpoint: Path | None = None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is not None:
+                self._restore(ckpt)
+        dump_config(cfg, self.run_dir / "config.yaml")
+        self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
+                                    resume_step=self.step_idx if resume else None)
+
+    # -- state -----------------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"step": self.step_idx, "draws": self.worker.draws, "sampler": self.sampler.state_dict(),
+                "controller": self.controller.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def _restore(self, ckpt: Path) -> None:
+        state = load_checkpoint(ckpt, self.model, self.optimizer)
+        self.step_idx = state["step"]
+        self.worker.draws = state["draws"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.controller.load_state_dict(state["controller"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.last_checkpoint = ckpt
+        if self.reference is not None:  # the reference is the initial policy, saved beside the run
+            ref = self.run_dir / "reference.safetensors"
+            from tailrl.model.loading import iter_safetensors
+            from tailrl.model.weights import load_weights
+
+            load_weights(self.reference, iter_safetensors([ref]))
+
+    def save(self) -> Path:
+        self.last_checkpoint = save_checkpoint(self.run_dir, self.step_idx, self.model, self.optimizer, self.tokenizer,
+                                               self._state(), self.hf_config, self.cfg.train.keep_checkpoints)
+        return self.last_checkpoint
+
+    # -- one step --------------------------------------------------------------------------------
+    def step(self) -> dict[str, float]:
+        cfg, t0 = self.cfg, time.perf_counter()
+        G = self.controller.choose()
+        B = cfg.train.rollout_batch_size
+        if B % G:
+            raise UserError(f"group size {G} does not divide train.rollout_batch_size {B}")
+        phase = self.worker.step(B // G, G, cfg.algo.dynamic_sampling, cfg.algo.max_refill_rounds)
+        t_gen = sum(tr.t_end for tr in phase.traces)
+        metrics = self._rollout_metrics(phase, G)
+        t1 = time.perf_counter()
+        if phase.groups:
+            metrics |= self._update(phase.groups)
+        metrics["timing_s/update"] = time.perf_counter() - t1
+        self.controller.observe([g.lengths for g in phase.generated])
+        self.scheduler.step()
+        self.step_idx += 1
+        metrics |= {"timing_s/gen": t_gen, "timing_s/reward": phase.reward_s, "timing_s/step": time.perf_counter() - t0,
+                    "actor/lr": self.optimizer.param_groups[0]["lr"]}
+        return metrics
+
+    def _update(self, groups) -> dict[str, float]:
+        scores = torch.tensor([s for g in groups for s in g.scores])
+        ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
+        adv = ADVANTAGES[self.cfg.algo.advantage](scores, ids)
+        dev = next(self.model.parameters()).device
+        batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
+                                 [r.token_ids for g in groups for r in g.rollouts], adv,
+                                 pad_id=self.tokenizer.pad_token_id or 0, device=dev)
+        mb, temp = self.cfg.train.micro_batch_size, self.spec.temperature
+        if self.reference is not None:
+            batch.ref_logp = batch_logprobs(self.reference, batch, mb, temp)
+        if self.cfg.algo.ppo_epochs > 1:
+            batch.old_logp = batch_logprobs(self.model, batch, mb, temp)
+        out: dict[str, float] = {}
+        for _ in range(self.cfg.algo.ppo_epochs):
+            out = update_step(self.model, self.optimizer, batch, self.spec)
+        out["actor/advantage_abs_mean"] = adv.abs().mean().item()
+        return out
+
+    def _rollout_metrics(self, phase, G: int) -> dict[str, float]:
+        gen = phase.generated
+        scores = [s for g in gen for s in g.scores]
+        lengths = [n for g in gen for n in g.lengths]
+        reasons = [r.finish_reason for g in gen for r in g.rollouts]
+        m: dict[str, float] = {
+            "sagc/group_size": float(G), "data/prompts": float(len(gen)), "data/epoch": float(self.sampler.epoch),
+            "data/skipped_rows": float(self.dataset.skipped),
+            "reward/mean": statistics.mean(scores), "reward/std": statistics.pstdev(scores),
+            "frac_reward_zero_std": sum(g.score_std == 0 for g in gen) / len(gen),
+            "response_length/mean": statistics.mean(lengths), "response_length/max": float(max(lengths)),
+            "response_length/min": float(min(lengths)),
+            "response_length/clip_ratio": sum(r == "length" for r in reasons) / len(reasons),
+            "rollout/errors": float(sum(r == "error" for r in reasons)),
+            "reward/errors": float(phase.reward_errors), "reward/timeouts": float(phase.reward_timeouts),
+            "dapo/refill_rounds": float(phase.refill_rounds), "dapo/kept_groups": float(len(phase.groups)),
+        }
+        for name, vals in (gen[0].components.items() if gen else []):
+            allv = [v for g in gen for v in g.components[name]]
+            m[f"reward/{name}/mean"] = statistics.mean(allv)
+        first = self.reward.names[0] if getattr(self.reward, "names", None) else None
+        if first and f"reward/{first}/mean" in m:
+            m["reward/accuracy"] = statistics.mean(float(v >= 1.0) for g in gen for v in g.components[first])
+        ratios = [r for tr in phase.traces for r in tr.len_max_over_median()]
+        events = [r > self.cfg.rollout.straggler_tau for r in ratios]
+        eff = [tr.tail_efficiency() for tr in phase.traces]
+        m |= {"rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
+              "rollout/straggler_rate": sum(events) / len(events) if events else 0.0,
+              "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
+              statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
+              "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
+        return m
+
+    # -- loop ------------------------------------------------------------------------------------
+    def fit(self, on_step=None) -> list[dict]:
+        """Run to train.total_steps; checkpoint per train.save_every and at the end."""
+        t = self.cfg.train
+        history = []
+        if self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
+            from safetensors.torch import save_file
+
+            from tailrl.model.weights import hf_state_dict
+
+            save_file({k: v.contiguous().cpu() for k, v in hf_state_dict(self.reference).items()},
+                      str(self.run_dir / "reference.safetensors"))
+        try:
+            while self.step_idx < t.total_steps:
+                try:
+                    metrics = self.step()
+                except TrainingDiverged as e:
+                    kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
+                    raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
+                self.logger.log(self.step_idx, metrics)
+                history.append(metrics)
+                if on_step:
+                    on_step(self.step_idx, metrics)
+                if (t.save_every and self.step_idx % t.save_every == 0) or self.step_idx == t.total_steps:
+                    self.save()
+        finally:
+            self.logger.close()
+        (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx, "checkpoint": str(self.last_checkpoint)}))
+        return history
+
+
+def run_dir_for(cfg: Config) -> Path:
+    name = cfg.train.run_name or time.strftime("%Y%m%d-%H%M%S")
+    return Path(cfg.train.out_dir) / name
+
+
+def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"cannot resume: no config.yaml in {run_dir}")
+    return load_config(path, overrides)
+
+
+__all__ = ["Trainer", "resume_config", "run_dir_for"]
