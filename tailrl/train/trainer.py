@@ -170,7 +170,7 @@ class Trainer:
             "reward/errors": float(phase.reward_errors), "reward/timeouts": float(phase.reward_timeouts),
             "dapo/refill_rounds": float(phase.refill_rounds), "dapo/kept_groups": float(len(phase.groups)),
         }
-        for name, vals in (gen[0].components.items() if gen else []):
+        for name in (gen[0].components if gen else []):
             allv = [v for g in gen for v in g.components[name]]
             m[f"reward/{name}/mean"] = statistics.mean(allv)
         first = self.reward.names[0] if getattr(self.reward, "names", None) else None

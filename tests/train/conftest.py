@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-TOY_REWARD = f"{Path(__file__).parent / 'toy_reward.py'}:digit_reward"
-
 from tests.helpers import make_model_dir
+
+TOY_REWARD = f"{Path(__file__).parent / 'toy_reward.py'}:digit_reward"
 
 
 @pytest.fixture(scope="session")
