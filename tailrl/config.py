@@ -63,6 +63,7 @@ class DataConfig:
     on_bad_row: str = "skip"  # skip (and count) | fail
     limit: int = 0  # keep the first N rows (0 = all)
     reasoning_gym_size: int = 1000  # rows generated for a reasoning_gym:<task> source
+    reasoning_gym_args: dict = field(default_factory=dict)  # the task's own options (e.g. max_terms: 2)
     seed: int = 0  # shuffling / generation seed
     shuffle: bool = True
     eval_source: str = ""  # held-out set for `tailrl eval` and periodic eval (same fields/format)
@@ -164,6 +165,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{where}: expected a list, got {value!r}")
         return tuple(_coerce(v, inner, f"{where}[]") for v in value)
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
     if tp is bool:
         if not isinstance(value, bool):
             raise UserError(f"{where}: expected true/false, got {value!r}")

@@ -145,7 +145,7 @@ def _open(src: str, cfg: DataConfig) -> tuple[str, str | None, Iterator[Record]]
     """(container, schema or None = infer, records)."""
     if cfg.format == "reasoning_gym" or src.startswith(GYM_PREFIX):
         task = src[len(GYM_PREFIX):] if src.startswith(GYM_PREFIX) else src
-        rows = reasoning_gym_rows(task.strip(), cfg.reasoning_gym_size, cfg.seed)
+        rows = reasoning_gym_rows(task.strip(), cfg.reasoning_gym_size, cfg.seed, dict(cfg.reasoning_gym_args))
         return "reasoning_gym", "reasoning_gym", ((f"entry {i}", r) for i, r in enumerate(rows))
     path = Path(src).expanduser()
     if not path.exists():

@@ -201,7 +201,7 @@ def detect_schema(row: dict, cfg: DataConfig) -> str:
     return "generic"
 
 
-def reasoning_gym_rows(task: str, size: int, seed: int) -> list[dict]:
+def reasoning_gym_rows(task: str, size: int, seed: int, args: dict | None = None) -> list[dict]:
     """Generate a reasoning-gym task offline; each row keeps the entry's metadata and the task name."""
     try:
         import reasoning_gym
@@ -220,7 +220,7 @@ def reasoning_gym_rows(task: str, size: int, seed: int) -> list[dict]:
     if size <= 0:
         raise UserError(f"data.reasoning_gym_size must be positive, got {size}")
     try:
-        ds = reasoning_gym.create_dataset(task, size=size, seed=seed)
+        ds = reasoning_gym.create_dataset(task, size=size, seed=seed, **(args or {}))
     except Exception as e:  # the gym validates its own config; its message is the story
         raise UserError(f"reasoning_gym task '{task}' could not be created: {e}") from e
     rows = []
