@@ -63,7 +63,8 @@ def run_generate(model, tokenizer, rows, params: SamplingParams, n: int, engine_
     return GenerateResult(rollouts, trace)
 
 
-def print_summary(result: GenerateResult, file=sys.stderr) -> None:
+def print_summary(result: GenerateResult, file=None) -> None:
+    file = file or sys.stderr
     s = result.trace.summary()
     errors = [r for r in result.rollouts if r.finish_reason == "error"]
     for r in {r.uid: r for r in errors}.values():
