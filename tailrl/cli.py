@@ -59,18 +59,15 @@ def _cmd_generate(a) -> int:
 
 
 def _add_demo(sub) -> None:
-    p = sub.add_parser("demo", help="the main job on the embedded default (no downloads)")
+    p = sub.add_parser("demo", help="the main job on the embedded default: warm-start + GRPO (no downloads)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides of the demo config, e.g. train.total_steps=20")
     p.add_argument("--out-dir", default=None, help="run directory (default runs/demo-<time>)")
-    p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--n", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=96)
 
 
 def _cmd_demo(a) -> int:
-    from tailrl.demo import run_demo
+    from tailrl.demo.run import run_demo
 
-    return run_demo(a.model, a.out_dir, a.prompts, a.n, a.max_new_tokens)
+    return run_demo(a.out_dir, a.overrides)
 
 
 def _add_train(sub) -> None:

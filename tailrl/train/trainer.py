@@ -16,6 +16,7 @@ import copy
 import json
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -64,6 +65,10 @@ class Trainer:
                 self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat)
             return self._encoded[ex.uid]
 
+        self.eval_examples = []
+        if cfg.train.eval_every and cfg.data.eval_source:
+            self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
+        self._encode = encode
         self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params,
                                     cfg.algo.overlong_buffer, cfg.algo.overlong_penalty)
         t = cfg.train
@@ -121,6 +126,7 @@ class Trainer:
         if B % G:
             raise UserError(f"group size {G} does not divide train.rollout_batch_size {B}")
         phase = self.worker.step(B // G, G, cfg.algo.dynamic_sampling, cfg.algo.max_refill_rounds)
+        self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
         t1 = time.perf_counter()
@@ -186,6 +192,13 @@ class Trainer:
               "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
         return m
 
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy on the held-out prompts (one sample each at the rollout temperature)."""
+        from tailrl.train.evaluate import evaluate
+
+        return evaluate(self.engine, self.tokenizer, self.eval_examples, self._encode, self.reward, 1,
+                        replace(self.params, seed=self.params.seed + 7919))
+
     # -- loop ------------------------------------------------------------------------------------
     def fit(self, on_step=None) -> list[dict]:
         """Run to train.total_steps; checkpoint per train.save_every and at the end."""
@@ -199,12 +212,16 @@ class Trainer:
             save_file({k: v.contiguous().cpu() for k, v in hf_state_dict(self.reference).items()},
                       str(self.run_dir / "reference.safetensors"))
         try:
+            if self.eval_examples and self.step_idx == 0:
+                self.logger.log(0, self.evaluate())
             while self.step_idx < t.total_steps:
                 try:
                     metrics = self.step()
                 except TrainingDiverged as e:
                     kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
                     raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
+                if self.eval_examples and (self.step_idx % t.eval_every == 0 or self.step_idx == t.total_steps):
+                    metrics |= self.evaluate()
                 self.logger.log(self.step_idx, metrics)
                 history.append(metrics)
                 if on_step:

@@ -1,0 +1,1 @@
+"""The embedded default: demo task policy warm-start and `tailrl demo`."""
