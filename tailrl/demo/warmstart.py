@@ -91,9 +91,10 @@ def train_sft(task: DemoTask, spec: WarmStartSpec, tok, progress=None) -> tuple[
     return model, {"sft_steps": step, "sft_seconds": time.perf_counter() - t0, "sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
 
 
-def warm_start(cache_root: Path, task: DemoTask = DemoTask(), spec: WarmStartSpec = WarmStartSpec(),
+def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartSpec | None = None,
                progress=None) -> Path:
     """Folder of the warm-started policy (trained once per task/spec, then cached)."""
+    task, spec = task or DemoTask(), spec or WarmStartSpec()
     from tailrl.demo.tokenizer import demo_tokenizer
 
     folder = Path(cache_root) / f"demo-policy-{spec.key(task)}"
