@@ -178,6 +178,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise UserError(f"{where}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-6" (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{where}: expected a number, got {value!r}")
         return float(value)

@@ -29,6 +29,9 @@ def test_wrong_types():
         load_config(None, ["engine.max_batch_size=abc"])
     with pytest.raises(UserError, match="expected true/false"):
         load_config(None, ["rollout.ignore_eos=3"])
+    assert load_config(None, ["rollout.temperature=7e-1"]).rollout.temperature == 0.7  # YAML reads 7e-1 as str
+    with pytest.raises(UserError, match="expected a number"):
+        load_config(None, ["rollout.temperature=hot"])
     with pytest.raises(UserError, match="section.key=value"):
         load_config(None, ["oops"])
 

@@ -42,8 +42,8 @@ def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Co
         reward=RewardConfig(functions=("demo_arith",)),
         rollout=RolloutConfig(group_size=16, max_new_tokens=160, temperature=1.0, seed=0),
         algo=AlgoConfig(name="grpo"),
-        train=TrainConfig(total_steps=80, rollout_batch_size=128, micro_batch_size=64, lr=5e-4, eval_every=10,
-                          eval_prompts=200, save_every=20, out_dir=str(run_dir.parent), run_name=run_dir.name),
+        train=TrainConfig(total_steps=100, rollout_batch_size=128, micro_batch_size=64, lr=2e-4, eval_every=10,
+                          eval_prompts=400, save_every=25, out_dir=str(run_dir.parent), run_name=run_dir.name),
         engine=EngineConfig(kv_cache_tokens=65536, block_size=16),
     )
     tree = to_dict(base)
@@ -54,7 +54,7 @@ def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Co
     return config_from_dict(tree)
 
 
-def write_splits(run_dir: Path, task: DemoTask, n_train: int = 20000, n_test: int = 200) -> None:
+def write_splits(run_dir: Path, task: DemoTask, n_train: int = 20000, n_test: int = 400) -> None:
     d = run_dir / "data"
     d.mkdir(parents=True, exist_ok=True)
     for split, n, seed in (("train", n_train, 1), ("test", n_test, 2)):
