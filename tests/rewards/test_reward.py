@@ -134,7 +134,7 @@ def test_misaligned_lists_are_a_programming_error():
 @pytest.mark.parametrize(
     "functions, weights, match",
     [
-        (["nope"], (), "unknown reward 'nope'; valid: boxed, format, gsm8k, math"),
+        (["nope"], (), "unknown reward 'nope'; valid: boxed, demo_arith, format, gsm8k, math"),
         ([], (), "empty"),
         (["math", "format"], (1.0,), "one per function"),
         (["math", "math"], (), "used twice"),
