@@ -77,6 +77,16 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class DownsampleConfig:
+    """PODS: generate n rollouts per prompt, train on m of them (tailrl.algo.downsample.DOWNSAMPLE)."""
+
+    rule: str = "none"  # none | max_variance | max_reward | random
+    n: int = 0  # rollouts generated per prompt; 0 = the group size G (must equal G when set)
+    m: int = 0  # rollouts trained per prompt; 0 = n / ratio
+    ratio: float = 0.0  # n / m when m is 0 (e.g. 4: train on a quarter); follows G under SAGC
+
+
+@dataclass(frozen=True)
 class AlgoConfig:
     """`name` picks a preset (ALGORITHM_PRESETS); any field left unset (None) takes the preset's value."""
 
@@ -91,6 +101,7 @@ class AlgoConfig:
     max_refill_rounds: int = 3  # cap on DAPO refill generations per step
     overlong_buffer: int | None = None  # DAPO soft overlong penalty: last N tokens of the budget (0 = off)
     overlong_penalty: float = 1.0  # penalty at the budget (linear ramp over the buffer)
+    downsample: DownsampleConfig = field(default_factory=DownsampleConfig)
 
 
 ALGORITHM_PRESETS: dict[str, dict] = {

@@ -42,7 +42,34 @@ def validate(cfg: Config) -> Config:
                         f"({t.rollout_batch_size})")
     if r.max_new_tokens < 1 or r.temperature < 0:
         raise UserError("rollout.max_new_tokens must be >= 1 and rollout.temperature >= 0")
+    pods_m(cfg.algo.downsample, r.group_size)  # validate against the configured G
     return replace(cfg, algo=resolve_algo(cfg.algo, r.max_new_tokens))
+
+
+def pods_m(ds, group_size: int) -> int | None:
+    """Rollouts trained per prompt for this step's G (None: no down-sampling). Raises on bad config."""
+    from tailrl.algo.downsample import DOWNSAMPLE
+
+    if ds.rule == "none":
+        return None
+    if ds.rule not in DOWNSAMPLE:
+        raise UserError(f"unknown algo.downsample.rule '{ds.rule}'; valid: none, {', '.join(DOWNSAMPLE)}")
+    n = ds.n or group_size
+    if n != group_size:
+        raise UserError(f"algo.downsample.n ({ds.n}) must match the group size G ({group_size}); leave it 0 to follow G")
+    if ds.m:
+        m = ds.m
+    elif ds.ratio:
+        if ds.ratio < 1:
+            raise UserError(f"algo.downsample.ratio must be >= 1 (n / m), got {ds.ratio}")
+        m = max(1, int(round(n / ds.ratio)))
+    else:
+        raise UserError("algo.downsample needs m or ratio")
+    if m > n:
+        raise UserError(f"algo.downsample.m ({m}) must be <= n ({n})")
+    if ds.rule == "max_variance" and m < 2:
+        raise UserError(f"max_variance down-sampling needs m >= 2 (got m = {m})")
+    return m
 
 
 def overlong_penalty(length: int, max_new_tokens: int, buffer: int, penalty: float) -> float:

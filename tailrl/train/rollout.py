@@ -21,6 +21,7 @@ class Group:
     texts: list[str]
     scores: list[float]  # final reward per rollout (incl. overlong penalty)
     components: dict[str, list[float]]
+    full: Group | None = None  # the whole generated group when this one is a PODS subset
 
     @property
     def lengths(self) -> list[int]:
@@ -29,6 +30,14 @@ class Group:
     @property
     def score_std(self) -> float:
         return statistics.pstdev(self.scores) if len(self.scores) > 1 else 0.0
+
+
+def subset(group: Group, idx: list[int]) -> Group:
+    """The group restricted to rollouts idx (PODS); the full group stays in `.full` for metrics."""
+    g = Group(group.example, group.prompt_ids, [group.rollouts[i] for i in idx], [group.texts[i] for i in idx],
+              [group.scores[i] for i in idx], {k: [v[i] for i in idx] for k, v in group.components.items()})
+    g.full = group.full if group.full is not None else group
+    return g
 
 
 @dataclass
@@ -84,8 +93,10 @@ class RolloutWorker:
             i += len(rs)
         return groups, trace, reward_s, batch.errors, batch.timeouts
 
-    def step(self, num_prompts: int, group_size: int, dynamic_sampling: bool, max_refill_rounds: int) -> RolloutPhase:
-        """Generate P groups; with dynamic sampling drop zero-std groups and refill (capped)."""
+    def step(self, num_prompts: int, group_size: int, dynamic_sampling: bool, max_refill_rounds: int,
+             select=None) -> RolloutPhase:
+        """Generate P groups; `select` (PODS) maps a group to the subset trained on; with dynamic
+        sampling, groups whose (kept) rewards have zero std are dropped and refilled (capped)."""
         phase = RolloutPhase([], [])
         need, rounds = num_prompts, 0
         while need > 0 and rounds <= max_refill_rounds:
@@ -95,6 +106,8 @@ class RolloutWorker:
             phase.reward_s += rs
             phase.reward_errors += err
             phase.reward_timeouts += to
+            if select is not None:
+                groups = [select(g) for g in groups]
             kept = [g for g in groups if not dynamic_sampling or g.score_std > 0]
             phase.groups += kept[:need]
             need = num_prompts - len(phase.groups)
@@ -103,3 +116,18 @@ class RolloutWorker:
                 break
         phase.refill_rounds = rounds - 1
         return phase
+
+
+def pods_metrics(phase: RolloutPhase, n: int, m: int) -> dict[str, float]:
+    """pods/n, pods/m, variance kept / variance of the whole group, share of completion tokens trained."""
+    ratios = []
+    for g in phase.groups:
+        full = g.full if g.full is not None else g
+        v_all = statistics.pvariance(full.scores) if len(full.scores) > 1 else 0.0
+        if v_all > 0:
+            ratios.append((statistics.pvariance(g.scores) if len(g.scores) > 1 else 0.0) / v_all)
+    kept_tokens = sum(sum(g.lengths) for g in phase.groups)
+    all_tokens = sum(sum((g.full or g).lengths) for g in phase.groups)
+    return {"pods/n": float(n), "pods/m": float(m),
+            "pods/var_kept_over_var_all": statistics.mean(ratios) if ratios else 0.0,
+            "pods/kept_token_frac": kept_tokens / all_tokens if all_tokens else 0.0}

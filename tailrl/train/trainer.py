@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from tailrl.algo import ADVANTAGES
+from tailrl.algo.downsample import DOWNSAMPLE
 from tailrl.config import Config, dump_config, load_config, to_dict
 from tailrl.control import build_controller
 from tailrl.engine import SamplingParams
@@ -30,8 +31,8 @@ from tailrl.generate import build_engine
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tailrl.train.metrics import MetricsLogger
-from tailrl.train.recipe import validate
-from tailrl.train.rollout import RolloutWorker
+from tailrl.train.recipe import pods_m, validate
+from tailrl.train.rollout import RolloutWorker, pods_metrics, subset
 from tailrl.train.update import TrainingDiverged, UpdateSpec, batch_logprobs, update_step
 
 
@@ -125,10 +126,14 @@ class Trainer:
         B = cfg.train.rollout_batch_size
         if B % G:
             raise UserError(f"group size {G} does not divide train.rollout_batch_size {B}")
-        phase = self.worker.step(B // G, G, cfg.algo.dynamic_sampling, cfg.algo.max_refill_rounds)
+        m = pods_m(cfg.algo.downsample, G)
+        phase = self.worker.step(B // G, G, cfg.algo.dynamic_sampling, cfg.algo.max_refill_rounds,
+                                 select=self._pods_select(m) if m is not None else None)
         self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
+        if m is not None:
+            metrics |= pods_metrics(phase, G, m)
         t1 = time.perf_counter()
         if phase.groups:
             metrics |= self._update(phase.groups)
@@ -139,6 +144,16 @@ class Trainer:
         metrics |= {"timing_s/gen": t_gen, "timing_s/reward": phase.reward_s, "timing_s/step": time.perf_counter() - t0,
                     "actor/lr": self.optimizer.param_groups[0]["lr"]}
         return metrics
+
+    def _pods_select(self, m: int):
+        rule = DOWNSAMPLE[self.cfg.algo.downsample.rule]
+        seed = self.params.seed
+
+        def select(g):
+            idx = rule(torch.tensor(g.scores, dtype=torch.float64), m, seed * 1_000_003 + g.rollouts[0].uid)
+            return subset(g, idx.tolist())
+
+        return select
 
     def _update(self, groups) -> dict[str, float]:
         scores = torch.tensor([s for g in groups for s in g.scores])
