@@ -163,6 +163,29 @@ def _cmd_eval(a) -> int:
     return 0
 
 
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="side-by-side benchmarks (ratios measured in one run)")
+    bs = p.add_subparsers(dest="bench", required=True)
+    q = bs.add_parser("pods", help="GRPO (m per prompt) vs GRPO-PODS (n = ratio*m generated, m trained) on the demo task")
+    q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
+    q.add_argument("--m", type=int, default=4, help="rollouts trained per prompt")
+    q.add_argument("--ratio", type=int, default=4, help="n / m")
+    q.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    q.add_argument("--budget-s", type=float, default=90.0, help="training-time budget per run")
+    q.add_argument("--no-rules", action="store_true", help="skip the max_reward / random side runs")
+    q.add_argument("--out-dir", default="runs/bench-pods")
+
+
+def _cmd_bench(a) -> int:
+    if a.bench == "pods":
+        from tailrl.bench.pods import run_pods_bench
+
+        if a.m < 2 or a.ratio < 1 or a.prompts < 1 or a.budget_s <= 0:
+            raise UserError("need --m >= 2, --ratio >= 1, --prompts >= 1, --budget-s > 0")
+        run_pods_bench(a.out_dir, a.m, a.ratio, a.prompts, a.budget_s, not a.no_rules, a.overrides)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tailrl", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -172,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_demo(sub)
     _add_train(sub)
     _add_eval(sub)
+    _add_bench(sub)
     argv = sys.argv[1:] if argv is None else argv
     # --debug may appear anywhere on the line
     debug = "--debug" in argv
@@ -182,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    commands = {"generate": _cmd_generate, "demo": _cmd_demo, "train": _cmd_train, "eval": _cmd_eval}
+    commands = {"generate": _cmd_generate, "demo": _cmd_demo, "train": _cmd_train, "eval": _cmd_eval, "bench": _cmd_bench}
     if a.command is None:
         parser.print_help()
         return 2

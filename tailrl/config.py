@@ -117,6 +117,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 @dataclass(frozen=True)
 class TrainConfig:
     total_steps: int = 10
+    time_budget_s: float = 0.0  # also stop once the steps' own time (excluding evals) exceeds this (0 = off)
     rollout_batch_size: int = 64  # B rollouts per step = P prompts x G samples (G from the controller)
     micro_batch_size: int = 8  # sequences per training forward/backward
     lr: float = 1e-6
@@ -218,7 +219,7 @@ def _build(cls, data: dict, where: str = ""):
     return cls(**kwargs)
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     node = tree
     for p in parts[:-1]:
@@ -259,7 +260,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), cls=C
             raise UserError(f"config file {p} must be a mapping of sections")
     for ov in overrides:
         key, value = parse_override(ov)
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return config_from_dict(data, cls)
 
 

@@ -25,6 +25,7 @@ from tailrl.config import (
     TrainConfig,
     config_from_dict,
     parse_override,
+    set_dotted,
     to_dict,
 )
 from tailrl.data.demo_task import DemoTask
@@ -48,9 +49,7 @@ def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Co
     )
     tree = to_dict(base)
     for ov in overrides:
-        key, value = parse_override(ov)
-        sec, k = key.split(".", 1)
-        tree.setdefault(sec, {})[k] = value
+        set_dotted(tree, *parse_override(ov))
     return config_from_dict(tree)
 
 

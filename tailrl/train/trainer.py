@@ -229,19 +229,23 @@ class Trainer:
         try:
             if self.eval_examples and self.step_idx == 0:
                 self.logger.log(0, self.evaluate())
-            while self.step_idx < t.total_steps:
+            spent = 0.0
+            while self.step_idx < t.total_steps and not (t.time_budget_s and spent >= t.time_budget_s):
                 try:
                     metrics = self.step()
                 except TrainingDiverged as e:
                     kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
                     raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
-                if self.eval_examples and (self.step_idx % t.eval_every == 0 or self.step_idx == t.total_steps):
+                spent += metrics["timing_s/step"]
+                metrics["timing_s/cumulative"] = spent
+                last = self.step_idx == t.total_steps or (t.time_budget_s and spent >= t.time_budget_s)
+                if self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
                     metrics |= self.evaluate()
                 self.logger.log(self.step_idx, metrics)
                 history.append(metrics)
                 if on_step:
                     on_step(self.step_idx, metrics)
-                if (t.save_every and self.step_idx % t.save_every == 0) or self.step_idx == t.total_steps:
+                if (t.save_every and self.step_idx % t.save_every == 0) or last:
                     self.save()
         finally:
             self.logger.close()

@@ -1,0 +1,1 @@
+"""`tailrl bench ...`: side-by-side benchmarks that report ratios measured in one run."""
