@@ -66,7 +66,7 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
     base = results["grpo_m"]["time_to_target_s"]
     summary = {"m": m, "n": n, "prompts_per_step": prompts, "budget_s": budget_s, "grpo_peak": peak,
                "target": target, "runs": results}
-    for name, r in results.items():
+    for r in results.values():
         t = r["time_to_target_s"]
         r["speedup_vs_grpo"] = (base / t) if (t and base) else None
     root.mkdir(parents=True, exist_ok=True)
