@@ -77,8 +77,10 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
     for name, r in results.items():
         t = r["time_to_target_s"]
         sp = r["speedup_vs_grpo"]
-        print(f"{name:20s} {r['steps']:>6d} {r['peak']:>6.3f} {f"{t:.1f}" if t else "never":>12s} "
-              f"{f"{sp:.2f}x" if sp else "-":>9s} {r['mean_gen_s']:>10.2f} {r['mean_update_s']:>10.2f}")
+        t_txt = f"{t:.1f}" if t else "never"
+        sp_txt = f"{sp:.2f}x" if sp else "-"
+        print(f"{name:20s} {r['steps']:>6d} {r['peak']:>6.3f} {t_txt:>12s} {sp_txt:>9s} "
+              f"{r['mean_gen_s']:>10.2f} {r['mean_update_s']:>10.2f}")
     return summary
 
 
