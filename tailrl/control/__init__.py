@@ -2,6 +2,7 @@
 Pure Python (no torch), so other frameworks can drive them."""
 
 from tailrl.control.base import CONTROLLERS, GroupController, build_controller
+from tailrl.control.sagc import SAGCController
 from tailrl.control.static import StaticController
 
-__all__ = ["CONTROLLERS", "GroupController", "StaticController", "build_controller"]
+__all__ = ["CONTROLLERS", "GroupController", "SAGCController", "StaticController", "build_controller"]

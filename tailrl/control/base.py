@@ -27,4 +27,7 @@ def build_controller(kind: str, **kwargs) -> GroupController:
 
     if kind not in CONTROLLERS:
         raise UserError(f"unknown control.kind '{kind}'; valid: {', '.join(CONTROLLERS)}")
-    return CONTROLLERS[kind](**kwargs)
+    try:
+        return CONTROLLERS[kind](**kwargs)
+    except ValueError as e:  # controllers validate their own settings
+        raise UserError(f"control: {e}") from e

@@ -42,6 +42,15 @@ def validate(cfg: Config) -> Config:
                         f"({t.rollout_batch_size})")
     if r.max_new_tokens < 1 or r.temperature < 0:
         raise UserError("rollout.max_new_tokens must be >= 1 and rollout.temperature >= 0")
+    if cfg.control.kind == "sagc":
+        bad = [g for g in cfg.control.candidates if g < 1 or t.rollout_batch_size % g]
+        if not cfg.control.candidates or bad:
+            raise UserError(f"control.candidates must be non-empty group sizes dividing train.rollout_batch_size "
+                            f"({t.rollout_batch_size}); bad: {bad or 'empty'}")
+        if r.group_size not in cfg.control.candidates:
+            raise UserError(f"rollout.group_size ({r.group_size}) must be one of control.candidates {list(cfg.control.candidates)}")
+        for g in cfg.control.candidates:
+            pods_m(cfg.algo.downsample, g)
     pods_m(cfg.algo.downsample, r.group_size)  # validate against the configured G
     return replace(cfg, algo=resolve_algo(cfg.algo, r.max_new_tokens))
 

@@ -53,7 +53,10 @@ class Trainer:
         self.dataset = load_dataset(cfg.data)
         self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
         self.reward = build_reward(cfg.reward)
-        self.controller = build_controller(cfg.control.kind, group_size=cfg.rollout.group_size)
+        r_g = cfg.rollout.group_size
+        c = cfg.control
+        self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
+                                           delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
         self.engine = build_engine(self.model, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
         r = cfg.rollout
         self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
@@ -132,6 +135,8 @@ class Trainer:
         self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
+        if hasattr(self.controller, "metrics"):
+            metrics |= {k: v for k, v in self.controller.metrics().items() if k != "sagc/group_size"}
         if m is not None:
             metrics |= pods_metrics(phase, G, m)
         t1 = time.perf_counter()

@@ -42,3 +42,30 @@ def test_downsampled_run_trains_on_m(tiny_model_dir, arith_data, tmp_path):
 def test_bad_pods_config(tiny_model_dir, arith_data, tmp_path, kw, msg):
     with pytest.raises(UserError, match=msg):
         Trainer(load_config(None, base_overrides(tiny_model_dir, arith_data, None, **kw)), tmp_path / "x")
+
+
+def test_sagc_in_trainer_with_pods_and_resume(tiny_model_dir, arith_data, tmp_path):
+    """control.kind=sagc drives G; PODS follows it (m = G / ratio); resume restores the controller."""
+    kw = {"control.kind": "sagc", "control.candidates": "[4, 8]", "rollout.group_size": 4,
+          "algo.downsample.rule": "max_variance", "algo.downsample.ratio": 2, "train.total_steps": 4,
+          "train.save_every": 1, "control.delta": 0.3}
+    full, hist = _run(tmp_path, "full", tiny_model_dir, arith_data, **kw)
+    assert all("sagc/lambda" in h and "sagc/p_hat/G=4" in h for h in hist)
+    assert all(h["pods/m"] == h["sagc/group_size"] / 2 for h in hist)
+    _run(tmp_path, "part", tiny_model_dir, arith_data, **{**kw, "train.total_steps": 2})
+    over = base_overrides(tiny_model_dir, arith_data, None, **{"train.tensorboard": "false", **kw})
+    resumed = Trainer(load_config(None, over), tmp_path / "part", resume=True)
+    assert resumed.step_idx == 2
+    hist2 = resumed.fit()
+    assert [h["sagc/group_size"] for h in hist2] == [h["sagc/group_size"] for h in hist[2:]]
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_sagc_config(tiny_model_dir, arith_data, tmp_path):
+    with pytest.raises(UserError, match="must divide|dividing"):
+        Trainer(load_config(None, base_overrides(tiny_model_dir, arith_data, None, **{
+            "control.kind": "sagc", "control.candidates": "[3, 4]"})), tmp_path / "x")
+    with pytest.raises(UserError, match="delta"):
+        Trainer(load_config(None, base_overrides(tiny_model_dir, arith_data, None, **{
+            "control.kind": "sagc", "control.candidates": "[4, 8]", "control.delta": 1.5})), tmp_path / "y")
