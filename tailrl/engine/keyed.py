@@ -50,29 +50,43 @@ def uniform_from_hash(h: torch.Tensor, counter: torch.Tensor | int = 0) -> torch
     return (bits.double() + 0.5) / float(1 << 53)
 
 
+def _flags(temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> tuple[bool, bool, bool]:
+    """(any row uses top-k, any uses top-p, any is greedy), read with a single host sync."""
+    need_k, need_p, greedy = torch.stack([(top_k > 0).any(), (top_p < 1.0).any(), (temperature <= 0).any()]).tolist()
+    return need_k, need_p, greedy
+
+
+def _scaled(logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """(B, V) float32 logits / T (greedy rows, T = 0, are left unscaled)."""
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+    return logits.float() / t.unsqueeze(-1)
+
+
+def _filtered(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, need_k: bool, need_p: bool) -> torch.Tensor:
+    """(B, V) scaled logits with tokens outside top-k / the top-p nucleus set to -inf."""
+    if not (need_k or need_p):
+        return x
+    sorted_x, order = x.sort(dim=-1, descending=True)
+    remove = torch.zeros_like(sorted_x, dtype=torch.bool)
+    if need_k:
+        rank = torch.arange(x.shape[-1], device=x.device)
+        k = torch.where(top_k > 0, top_k, torch.full_like(top_k, x.shape[-1]))
+        remove |= rank.unsqueeze(0) >= k.unsqueeze(-1)
+    if need_p:
+        probs = sorted_x.masked_fill(remove, float("-inf")).softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass strictly above this token
+        remove |= before > top_p.float().unsqueeze(-1)
+    remove[:, 0] = False  # keep the most likely token always
+    return x.scatter(-1, order, sorted_x.masked_fill(remove, float("-inf")))
+
+
 def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                    top_p: torch.Tensor) -> torch.Tensor:
     """logits: (B, V); temperature/top_p: (B,) float; top_k: (B,) int (0 = off).
     Returns (B, V) float32 log-probabilities of the sampling distribution (-inf where filtered).
     Rows with temperature 0 are returned unscaled (the caller takes argmax)."""
-    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
-    x = logits.float() / t.unsqueeze(-1)
-    need_k = bool((top_k > 0).any())
-    need_p = bool((top_p < 1.0).any())
-    if need_k or need_p:
-        sorted_x, order = x.sort(dim=-1, descending=True)
-        remove = torch.zeros_like(sorted_x, dtype=torch.bool)
-        if need_k:
-            rank = torch.arange(x.shape[-1], device=x.device)
-            k = torch.where(top_k > 0, top_k, torch.full_like(top_k, x.shape[-1]))
-            remove |= rank.unsqueeze(0) >= k.unsqueeze(-1)
-        if need_p:
-            probs = sorted_x.masked_fill(remove, float("-inf")).softmax(-1)
-            before = probs.cumsum(-1) - probs  # mass strictly above this token
-            remove |= before > top_p.float().unsqueeze(-1)
-        remove[:, 0] = False  # keep the most likely token always
-        x = x.scatter(-1, order, sorted_x.masked_fill(remove, float("-inf")))
-    return x.log_softmax(-1)
+    need_k, need_p, _ = _flags(temperature, top_k, top_p)
+    return _filtered(_scaled(logits, temperature), top_k, top_p, need_k, need_p).log_softmax(-1)
 
 
 def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -104,12 +118,11 @@ def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Te
     Returns (tokens (B,) int64, logprobs (B,) float32). The logprob is that of the sampled token under
     softmax(logits / T) — the temperature-scaled policy the trainer recomputes (before top-k/top-p)."""
     h = key_hash(keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
-    logp = process_logits(logits, temperature, top_k, top_p)
+    need_k, need_p, any_greedy = _flags(temperature, top_k, top_p)
+    x = _scaled(logits, temperature)
+    base = x.log_softmax(-1)  # the policy the trainer scores under
+    logp = _filtered(x, top_k, top_p, need_k, need_p).log_softmax(-1) if (need_k or need_p) else base
     tokens = SAMPLERS[method](logp, h)
-    greedy = temperature <= 0
-    if bool(greedy.any()):
-        tokens = torch.where(greedy, logits.argmax(-1), tokens)
-    if bool((top_k > 0).any()) or bool((top_p < 1.0).any()):  # filtered: score under the unfiltered policy
-        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
-        logp = (logits.float() / t.unsqueeze(-1)).log_softmax(-1)
-    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if any_greedy:
+        tokens = torch.where(temperature <= 0, logits.argmax(-1), tokens)
+    return tokens, base.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

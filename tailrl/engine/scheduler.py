@@ -71,8 +71,9 @@ class Scheduler:
         Preempts the newest sequences when blocks run out. Returns (ready, impossible): `impossible`
         sequences cannot fit even alone and must be failed by the caller."""
         impossible: list[Sequence] = []
+        preempted: set[int] = set()
         for seq in sorted(self.running, key=lambda s: s.admitted_at):
-            if seq not in self.running:
+            if seq.seq_id in preempted:
                 continue  # preempted below while making room for an older one
             n = (n_new or {}).get(seq.seq_id, seq.pending)
             while not self.cache.can_ensure(seq.seq_id, seq.num_cached, n):
@@ -82,6 +83,7 @@ class Scheduler:
                     self.running.remove(seq)
                     break
                 self.preempt(victim)
+                preempted.add(victim.seq_id)
                 if victim is seq:
                     break
             else:

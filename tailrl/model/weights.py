@@ -67,10 +67,10 @@ def load_weights(model: nn.Module, named_tensors: Iterable[tuple[str, torch.Tens
     if strict:
         missing = []
         for n in params:
-            parts = getattr(_owner(model, n), "parts", None) if n.endswith(("qkv_proj.weight", "qkv_proj.bias", "gate_up_proj.weight", "gate_up_proj.bias")) else None
-            for s in range(len(parts) if parts else 1):
-                if (n, s) not in seen:
-                    missing.append(n if not parts else f"{n}[part {s}]")
+            parts = getattr(_owner(model, n), "parts", None)  # fused column-parallel: one shard per part
+            for shard in range(len(parts) if parts else 1):
+                if (n, shard) not in seen:
+                    missing.append(f"{n}[part {shard}]" if parts else n)
         if missing:
             raise UserError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[0]}")
 

@@ -84,7 +84,7 @@ class Trainer:
         if cfg.algo.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.spec = UpdateSpec(cfg.algo.loss_agg, cfg.algo.eps_low, cfg.algo.eps_high, cfg.algo.kl_coef,
-                               r.max_new_tokens, t.micro_batch_size, max(r.temperature, 1e-6) if r.temperature > 0 else 1.0,
+                               r.max_new_tokens, t.micro_batch_size, r.temperature if r.temperature > 0 else 1.0,
                                t.max_grad_norm)
         self.step_idx = 0
         self.last_checkpoint: Path | None = None
