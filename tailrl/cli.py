@@ -26,13 +26,15 @@ def _add_generate(sub) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="cpu")
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
-                   help="engine option, e.g. --engine max_batch_size=64 --engine kv_cache_tokens=65536")
+                   help="engine option, e.g. --engine max_batch_size=64 --engine spec.k_max=4")
+    p.add_argument("--spec", default=None, metavar="none|ngram|history|draft:PATH|auto",
+                   help="speculative decoding (exact: the tokens do not change)")
 
 
 def _cmd_generate(a) -> int:
     import torch
 
-    from tailrl.config import EngineConfig, config_from_dict, parse_override
+    from tailrl.config import EngineConfig, config_from_dict, parse_override, set_dotted
     from tailrl.data.prompts import read_prompts
     from tailrl.engine import SamplingParams
     from tailrl.generate import print_summary, run_generate
@@ -42,7 +44,10 @@ def _cmd_generate(a) -> int:
         raise UserError(f"--n must be >= 1, got {a.n}")
     if a.temperature < 0 or not 0 < a.top_p <= 1 or a.max_new_tokens < 1:
         raise UserError("need --temperature >= 0, 0 < --top-p <= 1, --max-new-tokens >= 1")
-    engine_cfg = config_from_dict(dict(parse_override(kv) for kv in a.engine), EngineConfig)
+    tree: dict = {}
+    for kv in a.engine + ([f"spec.method={a.spec}"] if a.spec else []):
+        set_dotted(tree, *parse_override(kv))
+    engine_cfg = config_from_dict(tree, EngineConfig)
     torch.manual_seed(a.seed)
     model, tok = load(a.model, dtype=a.dtype, device=a.device)
     rows = read_prompts(a.prompts, tok)
@@ -174,6 +179,55 @@ def _add_bench(sub) -> None:
     q.add_argument("--budget-s", type=float, default=90.0, help="training-time budget per run")
     q.add_argument("--no-rules", action="store_true", help="skip the max_reward / random side runs")
     q.add_argument("--out-dir", default="runs/bench-pods")
+    q = bs.add_parser("sagc", help="static G in {4, 8, 16} vs SAGC on the demo task, same prompt budget and B")
+    q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
+    q.add_argument("--batch", type=int, default=128, help="effective batch B = prompts x G per step")
+    q.add_argument("--prompt-budget", type=int, default=1600, help="prompts drawn per run (same for every method)")
+    q.add_argument("--candidates", type=int, nargs="+", default=[4, 8, 16])
+    q.add_argument("--start-g", type=int, default=None, help="SAGC's first G (default: the middle candidate)")
+    q.add_argument("--sagc", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="overrides for the SAGC run only, e.g. control.delta=0.15")
+    q.add_argument("--out-dir", default="runs/bench-sagc")
+    q = bs.add_parser("spec", help="speculation off vs on, same engine and requests (demo G=16, SmolLM2, large batch)")
+    q.add_argument("--workloads", nargs="+", default=["demo", "smollm2", "large"], choices=["demo", "smollm2", "large"])
+    q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
+    q.add_argument("--threads", type=int, default=2)
+    q.add_argument("--repeats", type=int, default=1)
+    q.add_argument("--out-dir", default="runs/bench-spec")
+
+
+def _add_profile(sub) -> None:
+    p = sub.add_parser("profile", help="offline profiles used by the engine")
+    ps = p.add_subparsers(dest="profile", required=True)
+    q = ps.add_parser("ladder", help="draft ladder: speed-up of each drafter vs acceptance rate (random accept/reject)")
+    q.add_argument("--model", required=True, help="target model (HF folder or known name; random weights are fine)")
+    q.add_argument("--draft", default="", help="draft model folder (adds the draft-model rung)")
+    q.add_argument("--k-max", type=int, default=8)
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    q.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.ladder=PATH)")
+
+
+def _cmd_profile(a) -> int:
+    import torch
+
+    from tailrl.config import EngineConfig, SpecConfig
+    from tailrl.engine import Engine
+    from tailrl.engine.spec.ladder import ALPHAS
+    from tailrl.engine.spec.profile import profile_ladder
+    from tailrl.model import load
+
+    if a.k_max < 1 or min(a.batches) < 1:
+        raise UserError("need --k-max >= 1 and batch sizes >= 1")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, _ = load(a.model, tokenizer=False)
+    spec = SpecConfig(method="auto", draft_model=a.draft, k_max=a.k_max)
+    engine = Engine(model, EngineConfig(kv_cache_tokens=max(a.batches) * (80 + a.k_max) * 2, spec=spec))
+    ladder = profile_ladder(engine, tuple(sorted(a.batches)), a.k_max, alphas=ALPHAS)
+    ladder.save(a.out)
+    print(f"ladder: {a.out}")
+    return 0
 
 
 def _cmd_bench(a) -> int:
@@ -183,6 +237,21 @@ def _cmd_bench(a) -> int:
         if a.m < 2 or a.ratio < 1 or a.prompts < 1 or a.budget_s <= 0:
             raise UserError("need --m >= 2, --ratio >= 1, --prompts >= 1, --budget-s > 0")
         run_pods_bench(a.out_dir, a.m, a.ratio, a.prompts, a.budget_s, not a.no_rules, a.overrides)
+    elif a.bench == "sagc":
+        from tailrl.bench.sagc import run_sagc_bench
+
+        bad = [g for g in a.candidates if g < 2 or a.batch % g]
+        if not a.candidates or bad:
+            raise UserError(f"--candidates must be group sizes >= 2 dividing --batch {a.batch}; bad: {bad}")
+        if a.prompt_budget < max(a.batch // g for g in a.candidates):
+            raise UserError("--prompt-budget must cover at least one step of every run")
+        if a.start_g is not None and a.start_g not in a.candidates:
+            raise UserError(f"--start-g {a.start_g} is not one of --candidates {a.candidates}")
+        run_sagc_bench(a.out_dir, a.batch, a.prompt_budget, a.candidates, a.start_g, a.overrides, a.sagc)
+    elif a.bench == "spec":
+        from tailrl.bench.spec import run_spec_bench
+
+        run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats)
     return 0
 
 
@@ -196,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_train(sub)
     _add_eval(sub)
     _add_bench(sub)
+    _add_profile(sub)
     argv = sys.argv[1:] if argv is None else argv
     # --debug may appear anywhere on the line
     debug = "--debug" in argv
@@ -206,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    commands = {"generate": _cmd_generate, "demo": _cmd_demo, "train": _cmd_train, "eval": _cmd_eval, "bench": _cmd_bench}
+    commands = {"generate": _cmd_generate, "demo": _cmd_demo, "train": _cmd_train, "eval": _cmd_eval, "bench": _cmd_bench,
+                "profile": _cmd_profile}
     if a.command is None:
         parser.print_help()
         return 2

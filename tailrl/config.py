@@ -28,6 +28,23 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class SpecConfig:
+    """Speculative rollout (tailrl/engine/spec). Verification is exact: tokens never change."""
+
+    method: str = "none"  # none | ngram | history | draft | auto (history + ngram [+ draft when draft_model is set])
+    draft_model: str = ""  # draft model folder (same tokenizer) for method draft / auto
+    k_max: int = 8  # longest draft window per request
+    ngram_min: int = 2  # n-gram drafters: shortest suffix matched
+    ngram_max: int = 6  # n-gram drafters: longest suffix matched
+    history_per_prompt: int = 32  # history drafter: earlier rollouts kept per prompt
+    alpha_prior: float = 0.5  # acceptance assumed before any observation
+    best_of_n: bool = True  # extra drafters for the lowest-acceptance requests when the batch has shrunk
+    bon_spare: float = 0.5  # BoN only while the verify forward stays within (1 + bon_spare) x its fixed cost
+    ladder: str = ""  # draft-ladder JSON from `tailrl profile ladder` (default: analytic from the cost model)
+    draft_kv_tokens: int = 65536  # KV capacity of the draft model
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     max_batch_size: int = 256  # most sequences decoded together
     kv_cache_tokens: int = 262144  # KV capacity in tokens; beyond it requests are preempted (recompute)
@@ -35,6 +52,7 @@ class EngineConfig:
     max_model_len: int = 0  # context limit (prompt + completion); 0 = the model's max positions
     max_prefill_tokens: int = 8192  # tokens per prefill forward (admission budget)
     sampler: str = "inverse_cdf"  # keyed sampler: inverse_cdf | gumbel (see engine/keyed.py)
+    spec: SpecConfig = field(default_factory=SpecConfig)
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,7 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 class TrainConfig:
     total_steps: int = 10
     time_budget_s: float = 0.0  # also stop once the steps' own time (excluding evals) exceeds this (0 = off)
+    prompt_budget: int = 0  # also stop once this many prompts have been drawn (SAGC's fixed prompt budget; 0 = off)
     rollout_batch_size: int = 64  # B rollouts per step = P prompts x G samples (G from the controller)
     micro_batch_size: int = 8  # sequences per training forward/backward
     lr: float = 1e-6

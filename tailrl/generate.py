@@ -73,3 +73,9 @@ def print_summary(result: GenerateResult, file=None) -> None:
           f"{result.trace.decode_tokens} tokens, {s['rollout/tokens_per_s']:.1f} tokens/s | "
           f"straggler rate {s['rollout/straggler_rate']:.2f} | tail efficiency {s['rollout/tail_efficiency']:.2f} | "
           f"errors {len(errors)}", file=file)
+    sp = result.trace.spec
+    if sp:
+        shares = ", ".join(f"{k.rsplit('/', 1)[1]} {v:.0%}" for k, v in sp.items() if k.startswith("spec/drafter_share/"))
+        print(f"speculation: acceptance {sp['spec/acceptance_rate']:.2f} | mean accepted {sp['spec/mean_accepted_len']:.2f} "
+              f"tokens/verify | best-of-N requests {sp['spec/bon_requests']:.0f} | accepted tokens by drafter: {shares}",
+              file=file)

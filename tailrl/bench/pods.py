@@ -9,7 +9,6 @@ down-sampling rules side by side (PODS App. A.3). The time axis is the steps' ow
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 RUNS = [  # (name, overrides)
@@ -29,36 +28,29 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
                    extra: list[str]) -> dict:
     from rich.console import Console
 
-    from tailrl.demo.run import DEMO_SPEC, DEMO_TASK, demo_config, write_splits
-    from tailrl.demo.warmstart import warm_start
-    from tailrl.model.loading import cache_dir
-    from tailrl.train.metrics import read_metrics
-    from tailrl.train.trainer import Trainer
+    from tailrl.bench.common import demo_policy, run_demo_training
 
     console = Console(stderr=True)
     root = Path(out_dir)
-    model_dir = warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC)
+    model_dir = demo_policy()
     n = m * ratio
     results = {}
     for name, ovs in RUNS if rules else RUNS[:2]:
         run_dir = root / name
-        write_splits(run_dir, DEMO_TASK)
         G = n if name.startswith("pods") else m
         ov = [o.format(m=m, n=n) for o in ovs] + [
             f"train.rollout_batch_size={prompts * G}", f"train.micro_batch_size={prompts * m}",
             "train.total_steps=100000", f"train.time_budget_s={budget_s}", "train.eval_every=5",
             "train.save_every=0", "train.tensorboard=false"] + list(extra)
         console.print(f"[bold]{name}[/bold]: P={prompts}, generate {G}/prompt, train {m}/prompt, budget {budget_s:.0f}s")
-        t0 = time.perf_counter()
-        Trainer(demo_config(model_dir, run_dir, ov), run_dir).fit()
-        rows = read_metrics(run_dir)
+        rows, wall = run_demo_training(model_dir, run_dir, ov)
         curve = [(0.0, rows[0]["eval/accuracy"])] + [(r["timing_s/cumulative"], r["eval/accuracy"]) for r in rows
                                                     if r.get("eval/accuracy") is not None and r["step"] > 0]
         upd = [r["timing_s/update"] for r in rows if "timing_s/update" in r]
         gen = [r["timing_s/gen"] for r in rows if "timing_s/gen" in r]
         results[name] = {"curve": curve, "steps": len(upd), "peak": max(a for _, a in curve),
                          "mean_update_s": sum(upd) / len(upd), "mean_gen_s": sum(gen) / len(gen),
-                         "wall_s": time.perf_counter() - t0}
+                         "wall_s": wall}
     peak = results["grpo_m"]["peak"]
     target = 0.99 * peak
     for r in results.values():

@@ -11,9 +11,10 @@ straggler rate <= delta, solved by a primal-dual rule:
   events to the posterior of the G that generated it (one Bernoulli observation per group);
 * projected dual ascent on the step's straggler rate (eq. 8):
   lambda <- clip(lambda + eta * (rate - delta), 0, lambda_max);
-* ``choose``: Thompson-sample p~_G ~ Beta(alpha_G, beta_G) for the current G and its neighbours in
-  the sorted candidate list (moves restricted to neighbours, appendix C.3), and pick the argmax of
-  the Lagrangian score U(G) - lambda * (p~_G - delta) (eq. 6-7); ties go to the larger G.
+* ``choose``: Thompson-sample p~_G ~ Beta(alpha_G, beta_G) for every candidate, project the draws
+  onto risks non-decreasing in G (``monotone``; our addition, see there), and among the current G and
+  its neighbours in the sorted candidate list (moves restricted to neighbours, appendix C.3) pick the
+  argmax of the Lagrangian score U(G) - lambda * (p~_G - delta) (eq. 6-7); ties go to the larger G.
 
 U(G) = log G / log G_max: increasing with diminishing returns and on the scale of a probability
 (U(G_max) = 1), so the penalty stays influential at large G (section 3.2 / C.3 use a log utility;
@@ -35,6 +36,19 @@ from tailrl.control.base import CONTROLLERS
 def straggler_event(lengths: list[int], tau: float) -> bool:
     """max / median of one group's lengths (median floored at 1 token) exceeds tau."""
     return max(lengths) / max(statistics.median(lengths), 1.0) > tau
+
+
+def monotone(draws: dict[int, float], candidates: list[int]) -> dict[int, float]:
+    """Project Thompson draws onto risks non-decreasing in G: p~_G <- min over G' >= G of p~_G'.
+
+    The straggler statistic max/median of G i.i.d. lengths grows with G, so a smaller group is never
+    riskier than a larger one. Without this, an arm left unvisited drifts back to its prior (mean 1/2
+    under the uniform prior) and a small G looks riskier than the large G it should replace."""
+    out, run = {}, math.inf
+    for g in reversed(candidates):
+        run = min(run, draws[g])
+        out[g] = run
+    return out
 
 
 class SAGCController:
@@ -102,10 +116,11 @@ class SAGCController:
             return self.group_size
         self._fresh = False
         i = self.candidates.index(self.group_size)
+        draws = {g: self._rng.betavariate(self.alpha[g], self.beta[g]) for g in self.candidates}
+        p_tilde = monotone(draws, self.candidates)
         best, best_score = self.group_size, -math.inf
         for g in self.candidates[max(i - 1, 0): i + 2]:  # ascending, so ">=" breaks ties to larger G
-            p = self._rng.betavariate(self.alpha[g], self.beta[g])
-            score = self.utility[g] - self.lam * (p - self.delta)
+            score = self.utility[g] - self.lam * (p_tilde[g] - self.delta)
             if score >= best_score:
                 best, best_score = g, score
         self.group_size = best
@@ -133,7 +148,7 @@ class SAGCController:
         return {g: self.alpha[g] / (self.alpha[g] + self.beta[g]) for g in self.candidates}
 
     def metrics(self) -> dict[str, float]:
-        m = {"sagc/group_size": float(self.group_size), "sagc/lambda": self.lam}
+        m = {"sagc/group_size": float(self.group_size), "sagc/lambda": self.lam, "sagc/delta": self.delta}
         m |= {f"sagc/p_hat/G={g}": p for g, p in self.posterior_mean().items()}
         return m
 

@@ -1,12 +1,16 @@
-"""The embedded default task: chained arithmetic with a stochastic number of re-checks.
+"""The embedded default task: chained arithmetic with stochastic re-checks and reviews.
 
     prompt      "7+5-3+8="
-    completion  "7+5=12;7+5=12;12-3=9;9+8=17;9+8=17;9+8=17;>17"
+    completion  "7+5=12;12-3=9;9+8=17;>17"                              (most samples)
+                "7+5=12;12-3=9;9+8=17;|7+5=12;12-3=9;9+8=17;|...>17"    (a review: rare, 2-4x longer)
 
 Each step computes one partial sum; after a step the solver may write it again ("re-check") a
-geometric number of times (probability `p_recheck` each). The re-check count is drawn per sample, so
-the G completions of one prompt differ in length only by how often they re-check: a long tail
-*within* a group, which is what SAGC, speculation and PAT are about. The answer is verifiable: the
+geometric number of times (probability `p_recheck` each). After the chain it may, rarely
+(probability `p_review`), review the whole chain again, and again with probability 1/2 each time,
+up to `max_reviews`. Both counts are drawn per sample, so the G completions of one prompt differ in
+length only by how often they re-check and review: a long tail *within* a group, which is what SAGC,
+speculation and PAT are about. A rare whole-chain review makes the straggler rate of a group grow
+with G like 1 - (1 - p_review)^G, the shape SAGC trades against group size. The answer is verifiable: the
 number after '>'. Splits are disjoint by construction: a problem belongs to the test split iff a
 stable hash of its text falls in the test bucket.
 """
@@ -17,7 +21,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-VOCAB = list("0123456789+-=;>")  # the demo tokenizer's characters (plus <pad>, <s>, </s>)
+VOCAB = list("0123456789+-=;>|")  # the demo tokenizer's characters (plus <pad>, <s>, </s>)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class DemoTask:
     max_operand: int = 9
     p_recheck: float = 0.35
     max_rechecks: int = 6  # per step, so lengths stay within the generation budget
+    p_review: float = 0.0
+    max_reviews: int = 3
     test_fraction: float = 0.1
 
     def problem(self, rng: random.Random) -> tuple[str, int]:
@@ -71,7 +77,13 @@ class DemoTask:
                 k += 1
             out.append(step * (1 + k))
             acc = new
-        return "".join(out) + f">{acc}"
+        chain = "".join(out)
+        reviews = 0
+        if rng.random() < self.p_review:
+            reviews = 1
+            while reviews < self.max_reviews and rng.random() < 0.5:
+                reviews += 1
+        return chain + ("|" + chain) * reviews + f">{acc}"
 
     def in_test_split(self, prompt: str) -> bool:
         h = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:4], "big")

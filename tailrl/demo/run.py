@@ -31,8 +31,8 @@ from tailrl.config import (
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.warmstart import WarmStartSpec, warm_start
 
-DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5)
-DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=700, time_budget_s=600.0)  # fixed steps: reproducible
+DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5, p_recheck=0.0, p_review=0.03)
+DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
 
 
 def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Config:

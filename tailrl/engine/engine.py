@@ -22,6 +22,7 @@ from tailrl.engine.request import Request, Rollout
 from tailrl.engine.runner import ModelRunner
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
+from tailrl.engine.spec.step import speculative_decode
 from tailrl.engine.stops import finish_reason
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 
@@ -43,6 +44,11 @@ class Engine:
         self._finished: list[Rollout] = []
         self.trace = RolloutTrace(tau=tau)
         self._t0 = time.perf_counter()
+        self.speculator = None
+        if config.spec.method != "none":
+            from tailrl.engine.spec.speculator import Speculator
+
+            self.speculator = Speculator(self, config.spec)
 
     # -- intake ---------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -91,7 +97,9 @@ class Engine:
             ready, impossible = sch.prepare_decode()
             for seq in impossible:
                 self._fail(seq, "sequence no longer fits in the KV cache (raise engine.kv_cache_tokens)")
-            if ready:
+            if ready and self.speculator is not None:
+                speculative_decode(self, ready)
+            elif ready:
                 self._decode(ready)
         elif sch.waiting:  # nothing running and the head still does not fit: it never will
             seq = sch.waiting.popleft()
@@ -166,6 +174,8 @@ class Engine:
     def _finish(self, seq: Sequence, reason: str, error: str | None = None) -> None:
         self.scheduler.finish(seq)
         seq.finish_reason, seq.error, seq.t_finish = reason, error, self._now()
+        if self.speculator is not None:
+            self.speculator.release(seq)
         r = Rollout(seq.request.uid, seq.sample_index, seq.tokens[: seq.num_prompt], seq.generated, seq.logprobs,
                     reason, error, seq.t_start, seq.t_finish)
         self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason))
@@ -181,6 +191,8 @@ class Engine:
         """Run requests to completion. Returns rollouts sorted by (uid, sample index) and the trace."""
         self.trace = RolloutTrace(tau=self.tau)
         self._t0 = time.perf_counter()
+        if self.speculator is not None:
+            self.speculator.reset_counters()
         out: list[Rollout] = []
         self._finished = []
         for r in requests:
@@ -196,6 +208,9 @@ class Engine:
                 for r in done:
                     on_finish(r)
         self.trace.t_end = self._now()
+        if self.speculator is not None:
+            self.trace.spec = self.speculator.metrics()
+            self.speculator.end_rollout()
         self.trace.b1_step_s = self.calibrate_b1() if self.trace.b1_step_time() is None else None
         out.sort(key=lambda r: (r.uid, r.sample_index))
         return out, self.trace

@@ -15,12 +15,15 @@ from tailrl.model.attention import AttnMetadata
 
 
 def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
-                   device, sliding_window: int | None = None, tree_mask: list | None = None) -> tuple[AttnMetadata, torch.Tensor]:
-    """Attention metadata for B rows, row b writing `lengths[b]` new tokens at positions starts[b]...
+                   device, sliding_window: int | None = None, tree_mask: list | None = None,
+                   tree_depth: list | None = None) -> tuple[AttnMetadata, torch.Tensor]:
+    """Attention metadata for B rows, row b writing `lengths[b]` new tokens at slots starts[b]...
 
     tables: block table per row; tree_mask: optional per-row (n, n) bool tensor replacing the causal
-    pattern among that row's new tokens (token trees for speculative verification).
-    Returns (metadata, positions (B, T) int64)."""
+    pattern among that row's new tokens (token trees for speculative verification); tree_depth:
+    optional per-row list of n position offsets (a tree node's rotary position is start + its depth,
+    while its K/V still goes to its own slot start + index).
+    Returns (metadata, rotary positions (B, T) int64)."""
     B = len(starts)
     T = max(lengths)
     start = torch.tensor(starts, dtype=torch.long)
@@ -51,6 +54,10 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
     flat_rows = (torch.arange(B).unsqueeze(1) * T + t_idx.unsqueeze(0))[q_valid]  # (N,)
     write_slots = ctx_slots.gather(1, positions.clamp(max=L - 1))[q_valid]  # (N,)
     positions = torch.where(q_valid, positions, torch.zeros_like(positions))
+    if tree_depth is not None:
+        for b, d in enumerate(tree_depth):
+            if d is not None:
+                positions[b, : len(d)] = starts[b] + torch.tensor(d, dtype=torch.long)
     meta = AttnMetadata(
         write_rows=flat_rows.to(device),
         write_slots=write_slots.to(device),
@@ -68,18 +75,23 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, seq_ids: list[int], starts: list[int], tokens: list[list[int]], all_logits: bool = False,
-                tree_mask: list | None = None) -> torch.Tensor:
+                tree_mask: list | None = None, tree_depth: list | None = None,
+                logits_rows: list[list[int]] | None = None) -> torch.Tensor:
         """Run rows; K/V of the new tokens are written to their slots (blocks must be ensured).
-        Returns float logits (B, V) at each row's last new token, or (B, T, V) when all_logits."""
+        Returns float logits (B, V) at each row's last new token, (B, T, V) when all_logits, or
+        (B, R, V) at the given token indices per row when logits_rows (padded by repeating the last)."""
         lengths = [len(t) for t in tokens]
         T = max(lengths)
         ids = torch.tensor([t + [0] * (T - len(t)) for t in tokens], dtype=torch.long)  # (B, T)
         tables = [self.cache.tables[s] for s in seq_ids]
         meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
-                                         self.model.args.sliding_window, tree_mask)
+                                         self.model.args.sliding_window, tree_mask, tree_depth)
         logits_index = None
-        if not all_logits:
+        if logits_rows is not None:
+            R = max(len(r) for r in logits_rows)
+            logits_index = torch.tensor([r + [r[-1]] * (R - len(r)) for r in logits_rows]).to(self.device)  # (B, R)
+        elif not all_logits:
             logits_index = (torch.tensor(lengths) - 1).unsqueeze(1).to(self.device)  # (B, 1)
         logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv,
                             logits_index=logits_index)
-        return logits.float() if all_logits else logits[:, 0].float()
+        return logits[:, 0].float() if logits_index is not None and logits_rows is None else logits.float()

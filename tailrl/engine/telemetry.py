@@ -44,6 +44,7 @@ class RolloutTrace:
     b1_step_s: float | None = None  # calibrated batch-1 decode step time (fallback)
     tau: float = 1.25
     preemptions: int = 0
+    spec: dict[str, float] = field(default_factory=dict)  # speculation metrics (spec/...), empty when off
 
     # -- raw ------------------------------------------------------------------------------------
     @property

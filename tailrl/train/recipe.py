@@ -40,6 +40,8 @@ def validate(cfg: Config) -> Config:
     if r.group_size < 1 or t.rollout_batch_size % r.group_size:
         raise UserError(f"rollout.group_size ({r.group_size}) must divide train.rollout_batch_size "
                         f"({t.rollout_batch_size})")
+    if t.prompt_budget < 0 or t.time_budget_s < 0:
+        raise UserError("train.prompt_budget and train.time_budget_s must be >= 0 (0 = no budget)")
     if r.max_new_tokens < 1 or r.temperature < 0:
         raise UserError("rollout.max_new_tokens must be >= 1 and rollout.temperature >= 0")
     if cfg.control.kind == "sagc":

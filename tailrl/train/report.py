@@ -1,5 +1,7 @@
 """The run report: one PNG with the reward/accuracy curve, the last rollout's timeline, the
-length distribution against the straggler threshold, and straggler rate / tail efficiency per step."""
+length distribution against the straggler threshold, and straggler rate / tail efficiency per step.
+Runs driven by SAGC get a third row: G and the dual variable lambda over time, and the posterior
+straggler risk of every candidate G (the SAGC paper's Figure 4)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: 
 
     steps = [r for r in rows if r.get("reward/mean") is not None]
     evals = [r for r in rows if r.get("eval/accuracy") is not None]
-    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
+    sagc = [r for r in steps if r.get("sagc/lambda") is not None]
+    fig, ax = plt.subplots(3 if sagc else 2, 2, figsize=(12, 12 if sagc else 8))
 
     a = ax[0, 0]
     a.plot([r["step"] for r in steps], [r["reward/mean"] for r in steps], label="train reward (mean)")
@@ -56,8 +59,34 @@ def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: 
     a.set_ylim(0, max(1.05, max((r["rollout/tail_efficiency"] for r in steps), default=1) * 1.05))
     a.set_title("long-tail telemetry")
     a.legend()
+    if sagc:
+        plot_sagc(ax[2, 0], ax[2, 1], sagc)
     fig.tight_layout()
     path = Path(run_dir) / name
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_sagc(ax_g, ax_risk, rows: list[dict]) -> None:
+    """G chosen per step with lambda (twin axis), and the posterior mean straggler risk per candidate."""
+    x = [r["step"] for r in rows]
+    ax_g.step(x, [r["sagc/group_size"] for r in rows], where="post", color="tab:blue", label="G")
+    ax_g.set_xlabel("step")
+    ax_g.set_ylabel("group size G")
+    ax_g.set_title("SAGC: group size and dual variable")
+    twin = ax_g.twinx()
+    twin.plot(x, [r["sagc/lambda"] for r in rows], color="tab:orange", label="λ")
+    twin.set_ylabel("λ")
+    ax_g.legend(loc="upper left")
+    twin.legend(loc="upper right")
+    keys = sorted((k for k in rows[0] if k.startswith("sagc/p_hat/G=")), key=lambda k: int(k.split("=")[1]))
+    for k in keys:
+        ax_risk.plot(x, [r.get(k) for r in rows], label=k.split("/")[-1])
+    if rows[0].get("sagc/delta") is not None:
+        ax_risk.axhline(rows[0]["sagc/delta"], color="gray", ls="--", label="target δ")
+    ax_risk.set_ylim(0, 1)
+    ax_risk.set_xlabel("step")
+    ax_risk.set_ylabel("posterior mean P(straggler)")
+    ax_risk.set_title("SAGC: posterior straggler risk per candidate")
+    ax_risk.legend()

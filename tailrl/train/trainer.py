@@ -210,6 +210,9 @@ class Trainer:
               "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
               statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
               "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
+        spec = [tr.spec for tr in phase.traces if tr.spec]
+        for k in sorted({k for sp in spec for k in sp}):  # speculation (engine.spec.method != none)
+            m[k] = sum(sp.get(k, 0.0) for sp in spec) / (1 if k == "spec/bon_requests" else len(spec))
         return m
 
     def evaluate(self) -> dict[str, float]:
@@ -221,7 +224,7 @@ class Trainer:
 
     # -- loop ------------------------------------------------------------------------------------
     def fit(self, on_step=None) -> list[dict]:
-        """Run to train.total_steps; checkpoint per train.save_every and at the end."""
+        """Run to train.total_steps (or the time / prompt budget); checkpoint per train.save_every and at the end."""
         t = self.cfg.train
         history = []
         if self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
@@ -235,7 +238,12 @@ class Trainer:
             if self.eval_examples and self.step_idx == 0:
                 self.logger.log(0, self.evaluate())
             spent = 0.0
-            while self.step_idx < t.total_steps and not (t.time_budget_s and spent >= t.time_budget_s):
+
+            def budget_spent() -> bool:
+                return bool((t.time_budget_s and spent >= t.time_budget_s)
+                            or (t.prompt_budget and self.worker.draws >= t.prompt_budget))
+
+            while self.step_idx < t.total_steps and not budget_spent():
                 try:
                     metrics = self.step()
                 except TrainingDiverged as e:
@@ -243,7 +251,7 @@ class Trainer:
                     raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
                 spent += metrics["timing_s/step"]
                 metrics["timing_s/cumulative"] = spent
-                last = self.step_idx == t.total_steps or (t.time_budget_s and spent >= t.time_budget_s)
+                last = self.step_idx == t.total_steps or budget_spent()
                 if self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
                     metrics |= self.evaluate()
                 self.logger.log(self.step_idx, metrics)

@@ -1,0 +1,52 @@
+"""Forward-cost model of the target: t(N) = c0 + c1 * N seconds for a forward over N tokens, fitted by
+least squares to a short calibration and then to every decode / verify forward the engine runs
+(a sliding window), so it follows the machine and the current context lengths."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+
+def fit_affine(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (c0, c1) of t = c0 + c1 * n over (n, t) points; c0, c1 clamped >= 0 (c1 > 0)."""
+    n = len(points)
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    sxx = sum((p[0] - mx) ** 2 for p in points)
+    c1 = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx if sxx > 0 else 0.0
+    c1 = max(c1, 1e-9)
+    return max(my - c1 * mx, 0.0), c1
+
+
+class ForwardCost:
+    def __init__(self, window: int = 256):
+        self.calibration: list[tuple[float, float]] = []
+        self.observed: deque[tuple[float, float]] = deque(maxlen=window)
+        self._fit: tuple[float, float] | None = None
+
+    def calibrate(self, runner, cache, reps: int = 3, sizes: tuple[int, ...] = (1, 4, 16, 64)) -> None:
+        """Time forwards of one scratch row with n new tokens over a short context (real kernels, no requests)."""
+        sid = -2
+        sizes = tuple(n for n in sizes if cache.blocks_for(16 + n) <= cache.num_free) or (1,)
+        cache.ensure(sid, 0, 16 + max(sizes))
+        try:
+            runner.forward([sid], [0], [[1] * 16])
+            for n in sizes:
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    runner.forward([sid], [16], [[1] * n])
+                    self.calibration.append((float(n), time.perf_counter() - t))
+        finally:
+            cache.free(sid)
+        self._fit = None
+
+    def observe(self, n_tokens: int, seconds: float) -> None:
+        self.observed.append((float(n_tokens), seconds))
+        self._fit = None
+
+    def coefficients(self) -> tuple[float, float]:
+        if self._fit is None:
+            pts = self.calibration + list(self.observed)
+            self._fit = fit_affine(pts) if len(pts) >= 2 else (1e-3, 1e-5)
+        return self._fit

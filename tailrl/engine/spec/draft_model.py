@@ -1,0 +1,99 @@
+"""Draft-model drafting: a smaller model with the same tokenizer and its own paged KV cache.
+
+Drafts are *keyed* samples of the draft model: the same key (seed, uid, sample, position) and the same
+sampler as the target, so wherever the two distributions are close the inverse-CDF draws coincide and
+the exact check accepts them (greedy decoding drafts the argmax). The draft cache tracks which tokens
+its K/V holds; before drafting it is cut back to the longest prefix shared with the verified tokens
+(O(1) rollback: truncate the block table), then the missing tokens are fed in one catch-up row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tailrl.engine.kv_cache import PagedKVCache
+from tailrl.engine.runner import ModelRunner
+from tailrl.engine.sequence import Sequence
+
+
+class DraftModelDrafter:
+    name = "draft"
+
+    def __init__(self, model, sample_fn: Callable, kv_cache_tokens: int = 65536, block_size: int = 16):
+        self.model = model
+        self.cache = PagedKVCache(model, kv_cache_tokens, block_size)
+        self.runner = ModelRunner(model, self.cache)
+        self.sample_fn = sample_fn  # (seqs, logits (B, V), positions) -> (tokens, logprobs): the engine's keyed sampler
+        self._ctx: dict[int, list[int]] = {}  # seq id -> tokens whose K/V is in the draft cache
+
+    def _sync(self, seq: Sequence) -> int:
+        """Cut the draft cache back to its longest prefix shared with seq.tokens, leaving >= 1 token to feed."""
+        ctx = self._ctx.setdefault(seq.seq_id, [])
+        n = 0
+        limit = min(len(ctx), len(seq.tokens) - 1)
+        while n < limit and ctx[n] == seq.tokens[n]:
+            n += 1
+        if n < len(ctx):
+            del ctx[n:]
+            self.cache.truncate(seq.seq_id, n)
+        return n
+
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> list[list[int]]:
+        drafts: list[list[int]] = [[] for _ in seqs]
+        feed: dict[int, list[int]] = {}
+        for i, (s, k) in enumerate(zip(seqs, ks)):
+            if k > 0:
+                feed[i] = s.tokens[self._sync(s):]
+        while feed:
+            rows = []
+            for i, toks in feed.items():
+                sid, start = seqs[i].seq_id, len(self._ctx[seqs[i].seq_id])
+                if self.cache.can_ensure(sid, start, len(toks)):
+                    self.cache.ensure(sid, start, len(toks))
+                    rows.append(i)
+                else:  # draft cache full: this sequence drafts no further this round
+                    self.release(seqs[i])
+            if not rows:
+                break
+            logits = self.runner.forward([seqs[i].seq_id for i in rows], [len(self._ctx[seqs[i].seq_id]) for i in rows],
+                                         [feed[i] for i in rows])
+            for i in rows:
+                self._ctx[seqs[i].seq_id].extend(feed[i])
+            toks, _ = self.sample_fn([seqs[i] for i in rows], logits,
+                                     [seqs[i].num_generated + len(drafts[i]) for i in rows])
+            feed = {}
+            for i, t in zip(rows, toks.tolist()):
+                drafts[i].append(t)
+                if len(drafts[i]) < ks[i]:
+                    feed[i] = [t]
+        return drafts
+
+    def release(self, seq: Sequence) -> None:
+        if self._ctx.pop(seq.seq_id, None) is not None:
+            self.cache.free(seq.seq_id)
+
+    def end_rollout(self) -> None:
+        for sid in list(self._ctx):
+            self.cache.free(sid)
+        self._ctx.clear()
+
+
+def _draft_factory(engine, cfg, arg=None):
+    from tailrl.errors import UserError
+    from tailrl.model import load
+
+    path = arg or cfg.draft_model
+    if not path:
+        raise UserError("speculation with a draft model needs engine.spec.draft_model (or --spec draft:PATH)")
+    p = next(engine.model.parameters())
+    model, _ = load(path, dtype=p.dtype, device=str(p.device), tokenizer=False)
+    if model.args.vocab_size != engine.model.args.vocab_size:
+        raise UserError(f"draft model vocabulary ({model.args.vocab_size}) differs from the policy's "
+                        f"({engine.model.args.vocab_size}); it must share the tokenizer")
+    return DraftModelDrafter(model.eval(), engine.sample, cfg.draft_kv_tokens, engine.config.block_size)
+
+
+def register() -> None:
+    from tailrl.engine.spec.drafters import DRAFTERS
+
+    DRAFTERS["draft"] = _draft_factory

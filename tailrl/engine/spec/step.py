@@ -1,0 +1,95 @@
+"""One speculative decode forward with exact keyed verification.
+
+For each running sequence: row = [pending tokens .., last token = tree root, tree nodes ..] where the
+tree merges its candidate drafts (a chain for one drafter, a trie for Best-of-N). One target forward
+over all rows (ancestor-only masks for trees, rotary position = root position + depth); keyed samples
+at the root and every node with the same key plain decoding uses (seed, uid, sample, position); the
+longest path whose tokens equal their parents' samples is kept, plus the sample after it. K/V of a
+tree's kept path is moved to consecutive slots, everything after it is rolled back.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailrl.engine.spec.tree import accept_path, build_tree
+from tailrl.engine.stops import finish_reason
+from tailrl.engine.telemetry import StepRecord
+
+
+def _row_mask(pending: int, tree) -> torch.Tensor:
+    """(p + m, p + m) bool over [pending tokens (the last is the root), m tree nodes]."""
+    n = pending - 1 + len(tree)
+    m = torch.zeros(n, n, dtype=torch.bool)
+    m[: pending, : pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
+    m[pending - 1:, : pending - 1] = True
+    m[pending - 1:, pending - 1:] = tree.mask()
+    return m
+
+
+def speculative_decode(engine, ready) -> None:
+    spec, cache = engine.speculator, engine.cache
+    t0 = engine._now()
+    room = []
+    for s in ready:
+        left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
+        room.append(left - 1)  # the bonus token needs a place too
+    cands = spec.plan(ready, room)
+    trees, toks, masks, depths, rows = [], [], [], [], []
+    for s, cand in zip(ready, cands):
+        p = s.pending
+        tree = build_tree(s.tokens[-1], [d for _, d in cand])
+        if len(tree) > 1 and not cache.can_ensure(s.seq_id, s.num_cached, p + len(tree) - 1):
+            tree, cand[:] = build_tree(s.tokens[-1], []), []
+        cache.ensure(s.seq_id, s.num_cached, p + len(tree) - 1)
+        trees.append(tree)
+        toks.append(s.tokens[s.num_cached:] + tree.tokens[1:])
+        chain = tree.is_chain
+        masks.append(None if chain else _row_mask(p, tree))
+        depths.append(None if chain else list(range(p - 1)) + [p - 1 + d for d in tree.depth])
+        rows.append([p - 1 + i for i in range(len(tree))])
+    use_tree = any(m is not None for m in masks)
+    tf = engine._now()
+    logits = engine.runner.forward([s.seq_id for s in ready], [s.num_cached for s in ready], toks,
+                                   tree_mask=masks if use_tree else None, tree_depth=depths if use_tree else None,
+                                   logits_rows=rows)  # (B, R, V)
+    flat_seqs, flat_pos, flat_logits = [], [], []
+    for b, (s, tree) in enumerate(zip(ready, trees)):
+        for i in range(len(tree)):
+            flat_seqs.append(s)
+            flat_pos.append(s.num_generated + tree.depth[i])
+        flat_logits.append(logits[b, : len(tree)])
+    samples, logps = engine.sample(flat_seqs, torch.cat(flat_logits), flat_pos)
+    samples, logps = samples.tolist(), logps.tolist()  # host sync: the forward has finished
+    n_tokens = sum(len(t) for t in toks)
+    spec.cost.observe(n_tokens, engine._now() - tf)
+    off = 0
+    for s, tree, cand in zip(ready, trees, cands):
+        smp, lp = samples[off: off + len(tree)], logps[off: off + len(tree)]
+        off += len(tree)
+        path, emitted = accept_path(tree, smp)
+        if cand:
+            spec.observe(s, cand, emitted[:-1], tree.source[path[-1]] if path else 0)
+        base = s.num_cached + s.pending  # tokens whose K/V this forward completed (pending incl. root)
+        for m, node in enumerate(path, start=1):  # keep the path's K/V at consecutive slots
+            if node != m:
+                _move_kv(cache, s.seq_id, base - 1 + node, base - 1 + m)
+        s.num_cached = base + len(path)
+        cache.truncate(s.seq_id, s.num_cached)
+        sources = [0] + path  # emitted[j] was sampled at node sources[j]
+        for j, tok in enumerate(emitted):
+            s.tokens.append(tok)
+            s.logprobs.append(lp[sources[j]])
+            reason = finish_reason(s, engine.eos_ids, engine.max_model_len, engine.detokenize)
+            if reason is not None:
+                engine._finish(s, reason)
+                break
+    engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens))
+
+
+def _move_kv(cache, seq_id: int, src_pos: int, dst_pos: int) -> None:
+    bs = cache.block_size
+    table = cache.tables[seq_id]
+    src = table[src_pos // bs] * bs + src_pos % bs
+    dst = table[dst_pos // bs] * bs + dst_pos % bs
+    cache.kv[:, :, dst] = cache.kv[:, :, src]
