@@ -189,7 +189,9 @@ def _add_bench(sub) -> None:
                    help="overrides for the SAGC run only, e.g. control.delta=0.15")
     q.add_argument("--out-dir", default="runs/bench-sagc")
     q = bs.add_parser("spec", help="speculation off vs on, same engine and requests (demo G=16, SmolLM2, large batch)")
-    q.add_argument("--workloads", nargs="+", default=["demo", "smollm2", "large"], choices=["demo", "smollm2", "large"])
+    q.add_argument("--workloads", nargs="+", default=["demo", "large", "smollm2", "train"],
+                   choices=["demo", "large", "smollm2", "train"])
+    q.add_argument("--train-steps", type=int, default=10, help="steps of the in-training comparison")
     q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--repeats", type=int, default=1)
@@ -251,7 +253,7 @@ def _cmd_bench(a) -> int:
     elif a.bench == "spec":
         from tailrl.bench.spec import run_spec_bench
 
-        run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats)
+        run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
     return 0
 
 

@@ -163,7 +163,7 @@ class ControlConfig:
     kind: str = "static"  # static | sagc
     candidates: tuple[int, ...] = (4, 8, 16)  # SAGC: group sizes it may choose (each must divide B)
     delta: float = 0.1  # SAGC: target straggler rate
-    eta: float = 0.05  # SAGC: dual ascent step size
+    eta: float = 0.5  # SAGC: dual ascent step size
     gamma: float = 0.98  # SAGC: forgetting factor of the discounted Beta posteriors
     lambda_max: float = 10.0  # SAGC: dual variable cap
     seed: int = 0  # SAGC: Thompson sampling seed

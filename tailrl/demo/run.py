@@ -1,6 +1,6 @@
 """`tailrl demo`: the main job on the embedded default, no downloads.
 
-1. warm-start (cached): a tiny Llama learns the chained-arithmetic task with random re-checks by a
+1. warm-start (cached): a tiny Llama learns the chained-arithmetic task with rare whole-chain reviews by a
    short SFT (tailrl/demo/warmstart.py);
 2. GRPO on the task's train split with G = 16, held-out accuracy every few steps;
 3. a run directory with config.yaml, metrics.jsonl, TensorBoard events, checkpoints, report.png and

@@ -1,7 +1,7 @@
 """Warm-start the demo policy: a tiny Llama trained by a short SFT on the demo task's solutions
-(with their random re-checks), saved as a plain Hugging Face folder and cached.
+(with their rare whole-chain reviews), saved as a plain Hugging Face folder and cached.
 
-The SFT is deliberately short: the policy learns the format and the re-check habit but still makes
+The SFT is deliberately short: the policy learns the format and the review habit but still makes
 arithmetic slips, so RL has accuracy to win and the group lengths have a real tail.
 """
 

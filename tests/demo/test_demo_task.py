@@ -39,10 +39,32 @@ def test_solution_lengths_have_a_tail_within_a_prompt():
     assert sum(r > 1.25 for r in ratios) / len(ratios) >= 0.3
 
 
+def test_whole_chain_reviews_make_stragglers_grow_with_group_size():
+    """The demo's shape: no per-step re-checks, rare reviews; straggler rate ~ 1 - (1 - p)^G."""
+    from tailrl.demo.run import DEMO_TASK
+
+    rng = random.Random(2)
+
+    def rate(G: int, n: int = 400) -> float:
+        hits = 0
+        for _ in range(n):
+            prompt, ans = DEMO_TASK.problem(rng)
+            sols = [DEMO_TASK.solution(prompt, rng) for _ in range(G)]
+            assert all(parse_answer(s) == str(ans) for s in sols)
+            lens = [len(s) for s in sols]
+            hits += max(lens) / statistics.median(lens) > 1.25
+        return hits / n
+
+    r4, r16 = rate(4), rate(16)
+    assert r16 >= 0.3 and r4 < r16 / 2
+
+
 def test_warm_start_reduced_setting_learns_format_and_has_long_tail(tmp_path):
     """Reduced setting (small SFT): the policy writes checkable answers, is right sometimes, and its
     group lengths are long-tailed at G = 16. The full criteria are measured by `tailrl demo`."""
-    task = DemoTask(min_terms=2, max_terms=3, max_operand=5)
+    from tailrl.demo.run import DEMO_TASK
+
+    task = DEMO_TASK
     spec = WarmStartSpec(layers=2, hidden=96, heads=4, kv_heads=2, intermediate=256, batch=32, steps=250,
                          lr=4e-3, time_budget_s=100)
     folder = warm_start(tmp_path, task, spec)
@@ -54,7 +76,7 @@ def test_warm_start_reduced_setting_learns_format_and_has_long_tail(tmp_path):
     ids = torch.tensor([tok("3+4-2=")["input_ids"]])
     with torch.no_grad():
         assert (model(ids) - hf(ids).logits).abs().max() < 1e-4
-    rows = task.rows(24, "test", seed=0)
+    rows = task.rows(40, "test", seed=0)
     engine = build_engine(model, tok, EngineConfig(kv_cache_tokens=32768))
     reqs = [Request(tok(r["prompt"])["input_ids"], uid=i, n=16, params=SamplingParams(max_new_tokens=120))
             for i, r in enumerate(rows)]

@@ -26,6 +26,7 @@ def _run(model, spec: SpecConfig | None = None, temperature=1.0, n=4, max_new=40
     engine = Engine(model, cfg, eos_ids=[2])
     if engine.speculator is not None:  # a fixed cost model (fixed cost >> per token): plans do not depend on timing
         engine.speculator.cost.coefficients = lambda: (1.0, 0.001)
+        engine.speculator.measured_slower = lambda batch: False
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=5)
     outs, trace = engine.generate([Request(p, uid=10 + i, n=n, params=params) for i, p in enumerate(PROMPTS)])
     return {(o.uid, o.sample_index): (o.token_ids, o.finish_reason) for o in outs}, outs, trace, engine
@@ -152,3 +153,27 @@ def test_ladder_profile_roundtrip_and_shape(model, tmp_path):
     ladder.save(tmp_path / "l.json")
     again = Ladder.load(tmp_path / "l.json")
     assert again.table == ladder.table and again.best({"ngram": 0.9, "history": 0.1}) == "ngram"
+
+
+def test_measured_throughput_gate():
+    from tailrl.engine.spec.speculator import Speculator
+
+    sp = Speculator.__new__(Speculator)
+    from collections import defaultdict
+
+    sp._realized = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
+    sp.remeasure_after = 3
+    assert sp.measured_slower(64)  # no plain baseline yet: measure one first
+    sp.record("plain", 64, 64, 0.010)  # 6400 tokens/s
+    assert not sp.measured_slower(64)  # no speculative measurement: the models decide
+    sp.record("spec", 70, 90, 0.020)  # 4500 tokens/s, same bucket (64..127)
+    assert sp.measured_slower(64) and sp.measured_slower(100)
+    sp.record("plain", 8, 8, 0.004)
+    assert not sp.measured_slower(8)  # another bucket
+    sp.record("spec", 64, 400, 0.020)
+    assert not sp.measured_slower(64)
+    sp.record("spec", 64, 10, 0.5)
+    assert sp.measured_slower(64)
+    for _ in range(3):  # the verdict expires after `remeasure_after` plain steps in the bucket
+        sp.record("plain", 64, 64, 0.010)
+    assert not sp.measured_slower(64)

@@ -1,6 +1,8 @@
-"""Forward-cost model of the target: t(N) = c0 + c1 * N seconds for a forward over N tokens, fitted by
-least squares to a short calibration and then to every decode / verify forward the engine runs
-(a sliding window), so it follows the machine and the current context lengths."""
+"""Affine cost models fitted online. The target's forward: t(N) = c0 + c1 * N seconds for a forward
+over N tokens, fitted by least squares to a short calibration and then to every decode / verify
+forward the engine runs (a sliding window), so it follows the machine and the current context
+lengths. The same class models whole-step wall time against the batch size (plain decode steps, and
+the speculative path's own overhead: planning, drafting bookkeeping, trees, acceptance)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ def fit_affine(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 class ForwardCost:
-    def __init__(self, window: int = 256):
+    def __init__(self, window: int = 256, default: tuple[float, float] = (1e-3, 1e-5)):
+        self.default = default
         self.calibration: list[tuple[float, float]] = []
         self.observed: deque[tuple[float, float]] = deque(maxlen=window)
         self._fit: tuple[float, float] | None = None
@@ -45,8 +48,18 @@ class ForwardCost:
         self.observed.append((float(n_tokens), seconds))
         self._fit = None
 
+    def fitted(self) -> bool:
+        """Any measurement yet (otherwise coefficients() is the default)."""
+        return bool(self.calibration or self.observed)
+
     def coefficients(self) -> tuple[float, float]:
+        """(c0, c1): least squares over >= 2 distinct sizes; with one size only, proportional (0, t / n)."""
         if self._fit is None:
             pts = self.calibration + list(self.observed)
-            self._fit = fit_affine(pts) if len(pts) >= 2 else (1e-3, 1e-5)
+            if len({p[0] for p in pts}) >= 2:
+                self._fit = fit_affine(pts)
+            elif pts:
+                self._fit = (0.0, sum(p[1] for p in pts) / max(sum(p[0] for p in pts), 1e-12))
+            else:
+                self._fit = self.default
         return self._fit

@@ -3,7 +3,9 @@ is exact); they only decide how many tokens one target forward can confirm.
 
     class Drafter(Protocol):
         name: str
-        def propose(self, seqs, ks) -> list[list[int]]   # batched: one proposal (<= ks[i] tokens) per seq
+        def propose(self, seqs, ks, uniforms=None) -> list[list[int]]
+            # batched: one proposal (<= ks[i] tokens) per seq; uniforms[i][j]: the target's keyed uniform
+            # for seq i's j-th drafted position (None: greedy decoding), for drafters that sample
         def release(self, seq) -> None                   # seq finished / failed: drop its state
         def end_rollout(self) -> None                    # generate() finished: keep what outlives a step
 
@@ -23,7 +25,8 @@ from tailrl.engine.spec.ngram_index import NgramIndex
 class Drafter(Protocol):
     name: str
 
-    def propose(self, seqs: list[Sequence], ks: list[int]) -> list[list[int]]: ...
+    def propose(self, seqs: list[Sequence], ks: list[int], uniforms: list[list[float]] | None = None
+                ) -> list[list[int]]: ...
 
     def release(self, seq: Sequence) -> None: ...
 
@@ -42,15 +45,15 @@ class PromptLookupDrafter:
         self.min_n, self.max_n = min_n, max_n
         self._index: dict[int, NgramIndex] = {}
 
-    def propose(self, seqs: list[Sequence], ks: list[int]) -> list[list[int]]:
+    def propose(self, seqs: list[Sequence], ks: list[int], uniforms=None) -> list[list[int]]:
         out = []
-        for s, k in zip(seqs, ks):
+        for i, (s, k) in enumerate(zip(seqs, ks)):
             idx = self._index.get(s.seq_id)
             if idx is None:
                 idx = self._index[s.seq_id] = NgramIndex(self.min_n, self.max_n)
                 idx.add(s.tokens)
             idx.refresh()
-            out.append(idx.propose(s.tokens[-self.max_n:], k))
+            out.append(idx.propose(s.tokens[-self.max_n:], k, uniforms[i] if uniforms else None))
         return out
 
     def release(self, seq: Sequence) -> None:
@@ -63,15 +66,29 @@ class PromptLookupDrafter:
 class HistoryDrafter:
     """Group / history suffix drafting: one n-gram index per prompt over the live sibling rollouts of this
     step (GRPO's G samples share much text) and the last `per_prompt` finished rollouts of the same prompt
-    from earlier steps (history rhymes: RhymeRL / SPEC-RL)."""
+    from earlier steps (history rhymes: RhymeRL / SPEC-RL); when the prompt's pool has no match, a global
+    index over the last `global_size` finished rollouts of any prompt (the policy's habits: its own
+    arithmetic facts, phrases and formats). Drafts are keyed draws from the matches' empirical
+    continuation distribution (see NgramIndex), so they follow the policy's sampling."""
 
     name = "history"
 
-    def __init__(self, min_n: int = 2, max_n: int = 6, per_prompt: int = 32, max_prompts: int = 100_000):
+    def __init__(self, min_n: int = 2, max_n: int = 6, per_prompt: int = 32, global_size: int = 1024,
+                 max_prompts: int = 100_000):
         self.min_n, self.max_n, self.per_prompt, self.max_prompts = min_n, max_n, per_prompt, max_prompts
         self._history: OrderedDict[tuple[int, ...], deque[list[int]]] = OrderedDict()  # prompt -> outputs
+        self._recent: deque[list[int]] = deque(maxlen=global_size)  # generated tokens, any prompt
+        self._fresh: list[list[int]] = []  # finished in this rollout, not yet in the global index
+        self._global = self._build_global()
         self._pools: dict[tuple[int, ...], NgramIndex] = {}
         self._member: set[int] = set()  # seq ids already in a pool
+
+    def _build_global(self) -> NgramIndex:
+        idx = NgramIndex(self.min_n, self.max_n, max_hits=64)
+        for toks in self._recent:
+            idx.add(toks)
+        idx.refresh()
+        return idx
 
     def _pool(self, seq: Sequence) -> NgramIndex:
         key = tuple(seq.tokens[: seq.num_prompt])
@@ -85,12 +102,14 @@ class HistoryDrafter:
             pool.add(seq.tokens)  # live: the index picks up its new tokens on refresh
         return pool
 
-    def propose(self, seqs: list[Sequence], ks: list[int]) -> list[list[int]]:
+    def propose(self, seqs: list[Sequence], ks: list[int], uniforms=None) -> list[list[int]]:
         out = []
-        for s, k in zip(seqs, ks):
+        for i, (s, k) in enumerate(zip(seqs, ks)):
             pool = self._pool(s)
             pool.refresh()
-            out.append(pool.propose(s.tokens[-self.max_n:], k))
+            u = uniforms[i] if uniforms else None
+            suffix = s.tokens[-self.max_n:]
+            out.append(pool.propose(suffix, k, u) or self._global.propose(suffix, k, u))
         return out
 
     def release(self, seq: Sequence) -> None:
@@ -101,10 +120,18 @@ class HistoryDrafter:
             hist.append(list(seq.tokens))
             while len(self._history) > self.max_prompts:
                 self._history.popitem(last=False)
+            self._recent.append(seq.tokens[max(0, seq.num_prompt - self.max_n):])
+            self._fresh.append(self._recent[-1])
 
     def end_rollout(self) -> None:
         self._pools.clear()
         self._member.clear()
+        for toks in self._fresh:  # incremental; rebuilt only when twice the window has accumulated
+            self._global.add(toks)
+        self._fresh.clear()
+        if len(self._global.sources) > 2 * (self._recent.maxlen or 0):
+            self._global = self._build_global()
+        self._global.refresh()
 
 
 DRAFTERS["ngram"] = lambda engine, cfg, arg=None: PromptLookupDrafter(cfg.ngram_min, cfg.ngram_max)

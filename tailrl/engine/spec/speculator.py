@@ -13,13 +13,14 @@ all drafters for the slowest request before the next), merged into one token tre
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from tailrl.engine.spec.cost import ForwardCost
 from tailrl.engine.spec.drafters import DRAFTERS
 from tailrl.engine.spec.ladder import Ladder
-from tailrl.engine.spec.window import plan_windows
+from tailrl.engine.spec.window import expected_tokens, plan_windows
 
 METHODS = ("none", "ngram", "history", "draft", "auto")
 
@@ -50,13 +51,20 @@ class Speculator:
         self.drafters = {n: DRAFTERS[n](engine, cfg, arg) for n in self.names}
         self.engine = engine
         self.cost = ForwardCost()
+        self.plain_step = ForwardCost(default=(0.0, 0.0))  # wall of a plain decode step vs batch size
+        self.spec_overhead = ForwardCost(default=(0.0, 0.0))  # spec step wall - forward - drafting, vs batch
         self.cost.calibrate(engine.runner, engine.cache)  # while the cache is empty
         self.ladder = Ladder.load(cfg.ladder) if cfg.ladder else None
         self.prior_weight, self.decay = prior_weight, history_decay
         self.hist = {n: [cfg.alpha_prior * prior_weight, prior_weight] for n in self.names}  # [accepted, trials]
         self.seq_stats: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-        self.draft_s = {n: 0.0 for n in self.names}  # EMA seconds per proposed token
+        self.draft_s = {n: 0.0 for n in self.names}  # seconds per proposed token (median of recent calls)
+        self._draft_obs = {n: deque(maxlen=31) for n in self.names}
         self.counters: dict[str, float] = defaultdict(float)
+        self.last_draft_s = 0.0  # drafting seconds of the current plan
+        self._plans, self._table = 0, None
+        self._realized: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
+        self.remeasure_after = 256  # plain steps in a batch-size bucket before a "slower" verdict expires
 
     @property
     def enabled(self) -> bool:
@@ -78,19 +86,34 @@ class Speculator:
         c0, c1 = self.cost.coefficients()
         return Ladder.analytic(alpha, c0, c1, self.draft_s[name], self.cfg.k_max)
 
-    def primary(self, seq_id: int) -> str:
-        return max(self.names, key=lambda n: (self.speedup(n, self.alpha(seq_id, n)), -self.names.index(n)))
+    def primary(self, seq_id: int, table: dict[str, list[float]] | None = None) -> str:
+        """The drafter with the best ladder speed-up at this sequence's acceptance estimates (ties: order)."""
+        def score(n: str) -> float:
+            a = self.alpha(seq_id, n)
+            return table[n][round(a * 50)] if table is not None else self.speedup(n, a)
+
+        return max(self.names, key=lambda n: (score(n), -self.names.index(n)))
 
     # -- planning --------------------------------------------------------------------------------
-    def plan(self, seqs, room: list[int]) -> list[list[tuple[str, list[int]]]]:
+    def plan(self, seqs, room: list[int]) -> list[list[tuple[str, list[int]]]] | None:
         """Candidate (drafter, draft) pairs per sequence (first = the primary's); room[i] caps sequence i's
-        draft length."""
+        draft length. None: a plain decode step is expected to be faster (the caller runs one)."""
+        self.last_draft_s = 0.0
         c0, c1 = self.cost.coefficients()
-        prim = [self.primary(s.seq_id) for s in seqs]
+        if self.measured_slower(len(seqs)) or not self._may_pay(len(seqs), sum(s.pending for s in seqs), c0, c1):
+            return None  # O(1) gates: measured slower at this batch size, or predicted not to pay
+        self._plans += 1
+        if self._table is None or self._plans % 32 == 0:  # ladder on an alpha grid, refreshed as costs drift
+            self._table = {n: [self.speedup(n, j / 50) for j in range(51)] for n in self.names}
+        table = self._table
+        prim = [self.primary(s.seq_id, table) for s in seqs]
         alphas = [self.alpha(s.seq_id, n) for s, n in zip(seqs, prim)]
         caps = [max(0, min(self.cfg.k_max, r)) for r in room]
         base = sum(s.pending for s in seqs)
-        ks = plan_windows(alphas, caps, c0, c1, [self.draft_s[n] for n in prim], base)
+        dcost = [self.draft_s[n] for n in prim]
+        ks = plan_windows(alphas, caps, c0, c1, dcost, base)
+        if not self.pays(alphas, ks, dcost, len(seqs), base, c0, c1):
+            return None
         cands: list[list[tuple[str, list[int]]]] = [[] for _ in seqs]
         by_name: dict[str, list[int]] = defaultdict(list)
         for i, (n, k) in enumerate(zip(prim, ks)):
@@ -101,18 +124,75 @@ class Speculator:
             self._best_of_n(seqs, prim, alphas, caps, cands, c0, c1, base)
         return cands
 
+    # -- measured throughput per batch-size bucket (the final word over the models) ----------------
+    def record(self, kind: str, batch: int, tokens: int, seconds: float) -> None:
+        """A finished decode step: `kind` "spec" or "plain", tokens emitted, wall seconds."""
+        b = self._realized[batch.bit_length()]
+        acc = b[kind]
+        acc[0] = 0.9 * acc[0] + tokens
+        acc[1] = 0.9 * acc[1] + seconds
+        b["plain_since_spec"] = 0 if kind == "spec" else b.get("plain_since_spec", 0) + 1
+
+    def measured_slower(self, batch: int) -> bool:
+        """Speculative steps at this batch size (power-of-two bucket) have emitted fewer tokens per second
+        than plain ones, measured (exponentially weighted); True too while the bucket has no plain step."""
+        b = self._realized[batch.bit_length()]
+        if b["plain"][1] == 0:
+            return True  # measure a plain step in this bucket first (the baseline the spec steps must beat)
+        if b["spec"][1] == 0 or b.get("plain_since_spec", 0) >= self.remeasure_after:
+            return False  # never measured here, or long ago (acceptance drifts): the models decide
+        return b["spec"][0] * b["plain"][1] < b["plain"][0] * b["spec"][1]
+
+    def _may_pay(self, B: int, base: int, c0: float, c1: float) -> bool:
+        """Whether speculation could pay at batch B if every sequence had the best drafter's historical
+        acceptance (windows from the same rule, uniform across the batch)."""
+        best = max(self.names, key=self.alpha_hist)
+        a, d = self.alpha_hist(best), self.draft_s[best]
+        k = plan_windows([a], [self.cfg.k_max], c0 / B, c1, [d], base / B)[0]  # per-sequence share of the forward
+        return self.pays([a] * B, [k] * B, [d] * B, B, base, c0, c1)
+
+    def pays(self, alphas, ks, dcost, B: int, base: int, c0: float, c1: float) -> bool:
+        """Expected tokens per second of this speculative step (windows ks, forward, drafting and the
+        speculative path's own overhead) vs a plain decode step at batch B, both from measured models."""
+        if not any(ks):
+            return False
+        S = sum(expected_tokens(a, k) for a, k in zip(alphas, ks))
+        o0, o1 = self.spec_overhead.coefficients()
+        t_spec = c0 + c1 * (base + sum(ks)) + sum(d * k for d, k in zip(dcost, ks)) + o0 + o1 * B
+        p0, p1 = self.plain_step.coefficients()
+        t_plain = p0 + p1 * B if self.plain_step.fitted() else c0 + c1 * base
+        return S * t_plain > B * t_spec
+
     def _propose(self, seqs, by_name: dict[str, list[int]], ks: list[int], cands) -> None:
         for name, idx in by_name.items():
             t = time.perf_counter()
-            props = self.drafters[name].propose([seqs[i] for i in idx], [ks[i] for i in idx])
-            n_tok = sum(len(p) for p in props)
-            if n_tok:
-                per = (time.perf_counter() - t) / n_tok
-                self.draft_s[name] = per if self.draft_s[name] == 0 else 0.9 * self.draft_s[name] + 0.1 * per
+            u = self._uniforms([seqs[i] for i in idx], max(ks[i] for i in idx))
+            props = self.drafters[name].propose([seqs[i] for i in idx], [ks[i] for i in idx], u)
+            dt = time.perf_counter() - t
+            self.last_draft_s += dt
+            # seconds per proposed token (misses cost too); the median of recent calls, so one-time costs
+            # (a drafter's first call, a new prompt's index) do not switch speculation off for good
+            window = self._draft_obs[name]
+            window.append(dt / max(sum(len(p) for p in props), len(idx)))
+            self.draft_s[name] = statistics.median(window)
             for i, p in zip(idx, props):
                 if p:
                     cands[i].append((name, p))
                     self.counters[f"proposed/{name}"] += len(p)
+
+    def _uniforms(self, seqs, k: int) -> list[list[float]] | None:
+        """The target's keyed uniforms for each sequence's next k positions (inverse-CDF sampler, T > 0);
+        None when the target decodes greedily or samples otherwise."""
+        if self.engine.config.sampler != "inverse_cdf" or any(s.request.params.temperature <= 0 for s in seqs):
+            return None
+        import torch
+
+        from tailrl.engine.keyed import key_hash, uniform_from_hash
+
+        rows = [(s.request.params.seed, s.request.uid, s.sample_index, s.num_generated + j) for s in seqs for j in range(k)]
+        t = torch.tensor(rows, dtype=torch.long)
+        u = uniform_from_hash(key_hash(t[:, 0], t[:, 1], t[:, 2], t[:, 3])).tolist()
+        return [u[i * k:(i + 1) * k] for i in range(len(seqs))]
 
     def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:
         planned = base + sum(len(c[0][1]) for c in cands if c)

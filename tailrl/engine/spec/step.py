@@ -35,6 +35,11 @@ def speculative_decode(engine, ready) -> None:
         left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
         room.append(left - 1)  # the bonus token needs a place too
     cands = spec.plan(ready, room)
+    if cands is None:  # the cost models expect a plain step to be faster here
+        engine._decode(ready)
+        spec.plain_step.observe(len(ready), engine._now() - t0)
+        spec.record("plain", len(ready), len(ready), engine._now() - t0)
+        return
     trees, toks, masks, depths, rows = [], [], [], [], []
     for s, cand in zip(ready, cands):
         p = s.pending
@@ -62,8 +67,9 @@ def speculative_decode(engine, ready) -> None:
     samples, logps = engine.sample(flat_seqs, torch.cat(flat_logits), flat_pos)
     samples, logps = samples.tolist(), logps.tolist()  # host sync: the forward has finished
     n_tokens = sum(len(t) for t in toks)
-    spec.cost.observe(n_tokens, engine._now() - tf)
-    off = 0
+    t_fwd = engine._now() - tf
+    spec.cost.observe(n_tokens, t_fwd)
+    off = emitted_total = 0
     for s, tree, cand in zip(ready, trees, cands):
         smp, lp = samples[off: off + len(tree)], logps[off: off + len(tree)]
         off += len(tree)
@@ -78,13 +84,17 @@ def speculative_decode(engine, ready) -> None:
         cache.truncate(s.seq_id, s.num_cached)
         sources = [0] + path  # emitted[j] was sampled at node sources[j]
         for j, tok in enumerate(emitted):
+            emitted_total += 1
             s.tokens.append(tok)
             s.logprobs.append(lp[sources[j]])
             reason = finish_reason(s, engine.eos_ids, engine.max_model_len, engine.detokenize)
             if reason is not None:
                 engine._finish(s, reason)
                 break
-    engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens))
+    t1 = engine._now()
+    spec.record("spec", len(ready), emitted_total, t1 - t0)
+    spec.spec_overhead.observe(len(ready), max(0.0, t1 - t0 - t_fwd - spec.last_draft_s))
+    engine.trace.steps.append(StepRecord("verify", t0, t1, len(ready), n_tokens))
 
 
 def _move_kv(cache, seq_id: int, src_pos: int, dst_pos: int) -> None:
