@@ -9,6 +9,13 @@ mean is stable. Primary drafter of a sequence = the ladder's best at its alpha e
 from plan_windows (spec/window.py). Best-of-N: while the verify forward stays within (1 + bon_spare) of
 its fixed cost, the lowest-acceptance sequences get every other drafter's proposal too (depth first:
 all drafters for the slowest request before the next), merged into one token tree.
+
+A step speculates only if three gates agree, each from measurements: the measured tokens/s of
+speculative vs plain steps in this batch-size bucket (power of two; a plain step is measured first,
+and a "slower" verdict expires after `remeasure_after` plain steps), an O(1) prediction at the best
+drafter's historical acceptance, and the prediction for the planned windows (forward-cost model +
+drafting + the speculative path's own overhead, all fitted online) against a plain step. Otherwise
+plan() returns None and the engine runs a plain decode step.
 """
 
 from __future__ import annotations
