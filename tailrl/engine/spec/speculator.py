@@ -12,7 +12,7 @@ all drafters for the slowest request before the next), merged into one token tre
 
 A step speculates only if three gates agree, each from measurements: the measured tokens/s of
 speculative vs plain steps in this batch-size bucket (power of two; a plain step is measured first,
-and a "slower" verdict expires after `remeasure_after` plain steps), an O(1) prediction at the best
+and a "slower" verdict expires after `remeasure_after` plain steps), an O(1) prediction at each
 drafter's historical acceptance, and the prediction for the planned windows (forward-cost model +
 drafting + the speculative path's own overhead, all fitted online) against a plain step. Otherwise
 plan() returns None and the engine runs a plain decode step.
@@ -67,6 +67,7 @@ class Speculator:
         self.seq_stats: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
         self.draft_s = {n: 0.0 for n in self.names}  # seconds per proposed token (median of recent calls)
         self._draft_obs = {n: deque(maxlen=31) for n in self.names}
+        self._draft_calls = {n: 0 for n in self.names}
         self.counters: dict[str, float] = defaultdict(float)
         self.last_draft_s = 0.0  # drafting seconds of the current plan
         self._plans, self._table = 0, None
@@ -151,12 +152,14 @@ class Speculator:
         return b["spec"][0] * b["plain"][1] < b["plain"][0] * b["spec"][1]
 
     def _may_pay(self, B: int, base: int, c0: float, c1: float) -> bool:
-        """Whether speculation could pay at batch B if every sequence had the best drafter's historical
-        acceptance (windows from the same rule, uniform across the batch)."""
-        best = max(self.names, key=self.alpha_hist)
-        a, d = self.alpha_hist(best), self.draft_s[best]
-        k = plan_windows([a], [self.cfg.k_max], c0 / B, c1, [d], base / B)[0]  # per-sequence share of the forward
-        return self.pays([a] * B, [k] * B, [d] * B, B, base, c0, c1)
+        """Whether speculation could pay at batch B if every sequence used one drafter at its historical
+        acceptance (windows from the same rule, uniform across the batch), for some drafter."""
+        for name in self.names:
+            a, d = self.alpha_hist(name), self.draft_s[name]
+            k = plan_windows([a], [self.cfg.k_max], c0 / B, c1, [d], base / B)[0]  # per-sequence share of the forward
+            if self.pays([a] * B, [k] * B, [d] * B, B, base, c0, c1):
+                return True
+        return False
 
     def pays(self, alphas, ks, dcost, B: int, base: int, c0: float, c1: float) -> bool:
         """Expected tokens per second of this speculative step (windows ks, forward, drafting and the
@@ -179,9 +182,11 @@ class Speculator:
             self.last_draft_s += dt
             # seconds per proposed token (misses cost too); the median of recent calls, so one-time costs
             # (a drafter's first call, a new prompt's index) do not switch speculation off for good
-            window = self._draft_obs[name]
-            window.append(dt / max(sum(len(p) for p in props), len(idx)))
-            self.draft_s[name] = statistics.median(window)
+            self._draft_calls[name] += 1
+            if self._draft_calls[name] > 2:  # the first calls build indexes / caches: not the steady cost
+                window = self._draft_obs[name]
+                window.append(dt / max(sum(len(p) for p in props), len(idx)))
+                self.draft_s[name] = statistics.median(window)
             for i, p in zip(idx, props):
                 if p:
                     cands[i].append((name, p))
