@@ -87,7 +87,6 @@ class HistoryDrafter:
         idx = NgramIndex(self.min_n, self.max_n, max_hits=64)
         for toks in self._recent:
             idx.add(toks)
-        idx.refresh()
         return idx
 
     def _pool(self, seq: Sequence) -> NgramIndex:
@@ -109,7 +108,11 @@ class HistoryDrafter:
             pool.refresh()
             u = uniforms[i] if uniforms else None
             suffix = s.tokens[-self.max_n:]
-            out.append(pool.propose(suffix, k, u) or self._global.propose(suffix, k, u))
+            found = pool.propose(suffix, k, u)
+            if not found:
+                self._global.refresh()  # incremental: only rollouts finished since the last refresh
+                found = self._global.propose(suffix, k, u)
+            out.append(found)
         return out
 
     def release(self, seq: Sequence) -> None:
@@ -131,7 +134,7 @@ class HistoryDrafter:
         self._fresh.clear()
         if len(self._global.sources) > 2 * (self._recent.maxlen or 0):
             self._global = self._build_global()
-        self._global.refresh()
+        # indexing is lazy (propose refreshes): while speculation stays off it costs nothing
 
 
 DRAFTERS["ngram"] = lambda engine, cfg, arg=None: PromptLookupDrafter(cfg.ngram_min, cfg.ngram_max)
