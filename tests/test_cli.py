@@ -82,3 +82,20 @@ def test_bad_inputs_exit_2(model_dir, tmp_path, capsys):
 def test_debug_shows_traceback(tmp_path):
     r = _run_cli("--debug", "generate", "--model", str(tmp_path / "nope"), "--prompts", "x.jsonl")
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_generate_with_speculation_and_bad_spec(model_dir, tmp_path, capsys):
+    prompts = _prompts(tmp_path, ['{"prompt": "abcabcabc"}'])
+    out = tmp_path / "o.jsonl"
+    assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--n", "2", "--max-new-tokens", "12",
+                 "--spec", "auto", "--out", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 2
+    assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--spec", "magic"]) == 2
+    assert "unknown speculation method 'magic'" in capsys.readouterr().err
+
+
+def test_bench_sagc_bad_candidates_is_one_line(capsys):
+    assert main(["bench", "sagc", "--batch", "128", "--candidates", "3", "8"]) == 2
+    assert "--candidates must be group sizes >= 2 dividing --batch 128" in capsys.readouterr().err
+    assert main(["bench", "sagc", "--start-g", "32"]) == 2
+    assert "--start-g 32 is not one of --candidates" in capsys.readouterr().err
