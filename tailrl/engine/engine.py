@@ -144,22 +144,33 @@ class Engine:
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
         """Keyed samples for rows of logits (B, V); positions default to each sequence's next index."""
         dev = logits.device
-        pos = positions if positions is not None else [s.num_generated for s in seqs]
-        keys = torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
-                            dtype=torch.long, device=dev)
+        keys = self.sample_keys(seqs, positions, dev)
         temp = torch.tensor([s.request.params.temperature for s in seqs], device=dev)
         top_k = torch.tensor([s.request.params.top_k for s in seqs], device=dev)
         top_p = torch.tensor([s.request.params.top_p for s in seqs], device=dev)
         return keyed_sample(logits, keys, temp, top_k, top_p, self.config.sampler)
 
+    @staticmethod
+    def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
+        """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
+        sequence's next index. The only place keys are made: drafters that sample use it too."""
+        pos = positions if positions is not None else [s.num_generated for s in seqs]
+        return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
+                            dtype=torch.long, device=device)
+
+    def advance(self, seq: Sequence, token: int, logprob: float) -> bool:
+        """Append one sampled token; finish the sequence when it stops. Returns whether it finished."""
+        seq.tokens.append(token)
+        seq.logprobs.append(logprob)
+        reason = finish_reason(seq, self.eos_ids, self.max_model_len, self.detokenize)
+        if reason is not None:
+            self._finish(seq, reason)
+        return reason is not None
+
     def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         tokens, logps = self.sample(seqs, logits)
         for s, t, lp in zip(seqs, tokens.tolist(), logps.tolist()):
-            s.tokens.append(t)
-            s.logprobs.append(lp)
-            reason = finish_reason(s, self.eos_ids, self.max_model_len, self.detokenize)
-            if reason is not None:
-                self._finish(s, reason)
+            self.advance(s, t, lp)
 
     def rollback(self, seq: Sequence, num_generated: int) -> None:
         """Forget generated tokens past `num_generated` (tokens, logprobs and their K/V).

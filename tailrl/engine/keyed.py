@@ -89,6 +89,17 @@ def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch
     return _filtered(_scaled(logits, temperature), top_k, top_p, need_k, need_p).log_softmax(-1)
 
 
+def hash_keys(keys: torch.Tensor) -> torch.Tensor:
+    """(B, 4) int64 key rows (seed, uid, sample, position) -> (B,) int64 hashes."""
+    return key_hash(keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
+
+
+def inverse_cdf_uniforms(keys: torch.Tensor) -> torch.Tensor:
+    """(B, 4) key rows -> (B,) float64: the uniform sample_inverse_cdf draws for each key (drafters that
+    sample with the target's randomness use exactly this)."""
+    return uniform_from_hash(hash_keys(keys))
+
+
 def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """logp: (B, V) processed log-probs; h: (B,) key hashes -> (B,) int64 tokens."""
     u = uniform_from_hash(h)  # (B,)
@@ -117,7 +128,7 @@ def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Te
     """logits: (B, V); keys: (B, 4) int64 rows (seed, uid, sample, position).
     Returns (tokens (B,) int64, logprobs (B,) float32). The logprob is that of the sampled token under
     softmax(logits / T) — the temperature-scaled policy the trainer recomputes (before top-k/top-p)."""
-    h = key_hash(keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
+    h = hash_keys(keys)
     need_k, need_p, any_greedy = _flags(temperature, top_k, top_p)
     x = _scaled(logits, temperature)
     base = x.log_softmax(-1)  # the policy the trainer scores under

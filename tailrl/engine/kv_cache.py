@@ -102,6 +102,14 @@ class PagedKVCache:
         table, bs = self.tables[seq], self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
 
+    def move(self, seq: int, src: list[int], dst: list[int]) -> None:
+        """Copy the K/V of positions `src` to positions `dst` of one sequence (all read before any write,
+        so the two may overlap): compacts a verified token-tree path into consecutive positions."""
+        dev = self.kv.device
+        s = torch.tensor([self.slots(seq, p, p + 1)[0] for p in src], dtype=torch.long, device=dev)
+        d = torch.tensor([self.slots(seq, p, p + 1)[0] for p in dst], dtype=torch.long, device=dev)
+        self.kv[:, :, d] = self.kv[:, :, s]
+
     def read(self, seq: int, n_tokens: int) -> torch.Tensor:
         """(2, layers, n_tokens, kv_heads, head_dim) copy of a sequence's valid KV (migration, tests)."""
         idx = torch.tensor(self.slots(seq, 0, n_tokens), dtype=torch.long, device=self.kv.device)

@@ -86,12 +86,13 @@ class ModelRunner:
         tables = [self.cache.tables[s] for s in seq_ids]
         meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
                                          self.model.args.sliding_window, tree_mask, tree_depth)
-        logits_index = None
-        if logits_rows is not None:
+        if all_logits:
+            rows = None
+        elif logits_rows is None:
+            rows = [[n - 1] for n in lengths]  # each row's last new token
+        else:
             R = max(len(r) for r in logits_rows)
-            logits_index = torch.tensor([r + [r[-1]] * (R - len(r)) for r in logits_rows]).to(self.device)  # (B, R)
-        elif not all_logits:
-            logits_index = (torch.tensor(lengths) - 1).unsqueeze(1).to(self.device)  # (B, 1)
-        logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv,
-                            logits_index=logits_index)
-        return logits[:, 0].float() if logits_index is not None and logits_rows is None else logits.float()
+            rows = [r + [r[-1]] * (R - len(r)) for r in logits_rows]
+        index = torch.tensor(rows).to(self.device) if rows is not None else None  # (B, R)
+        logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv, logits_index=index)
+        return logits[:, 0].float() if not all_logits and logits_rows is None else logits.float()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.runner import ModelRunner
 from tailrl.engine.sequence import Sequence
+from tailrl.engine.spec.drafters import DRAFTERS
 
 
 class DraftModelDrafter:
@@ -94,7 +95,4 @@ def _draft_factory(engine, cfg, arg=None):
     return DraftModelDrafter(model.eval(), engine.sample, cfg.draft_kv_tokens, engine.config.block_size)
 
 
-def register() -> None:
-    from tailrl.engine.spec.drafters import DRAFTERS
-
-    DRAFTERS["draft"] = _draft_factory
+DRAFTERS["draft"] = _draft_factory

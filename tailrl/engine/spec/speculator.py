@@ -24,6 +24,7 @@ import statistics
 import time
 from collections import defaultdict, deque
 
+import tailrl.engine.spec.draft_model  # noqa: F401  (registers the "draft" drafter)
 from tailrl.engine.spec.cost import ForwardCost
 from tailrl.engine.spec.drafters import DRAFTERS
 from tailrl.engine.spec.ladder import Ladder
@@ -47,9 +48,6 @@ def drafter_names(method: str, draft_model: str) -> list[str]:
 
 class Speculator:
     def __init__(self, engine, cfg, prior_weight: float = 4.0, history_decay: float = 0.99):
-        from tailrl.engine.spec import draft_model
-
-        draft_model.register()
         self.cfg = cfg
         method, arg = cfg.method, None
         if method.startswith("draft:"):
@@ -74,10 +72,6 @@ class Speculator:
         self._realized: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
         self.remeasure_after = 256  # plain steps in a batch-size bucket before a "slower" verdict expires
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.names)
-
     # -- estimates -------------------------------------------------------------------------------
     def alpha_hist(self, name: str) -> float:
         a, n = self.hist[name]
@@ -94,13 +88,10 @@ class Speculator:
         c0, c1 = self.cost.coefficients()
         return Ladder.analytic(alpha, c0, c1, self.draft_s[name], self.cfg.k_max)
 
-    def primary(self, seq_id: int, table: dict[str, list[float]] | None = None) -> str:
-        """The drafter with the best ladder speed-up at this sequence's acceptance estimates (ties: order)."""
-        def score(n: str) -> float:
-            a = self.alpha(seq_id, n)
-            return table[n][round(a * 50)] if table is not None else self.speedup(n, a)
-
-        return max(self.names, key=lambda n: (score(n), -self.names.index(n)))
+    def primary(self, seq_id: int, table: dict[str, list[float]]) -> str:
+        """The drafter with the best ladder speed-up at this sequence's acceptance estimates (ties: order);
+        table[name][j] = speed-up at alpha = j / 50."""
+        return max(self.names, key=lambda n: (table[n][round(self.alpha(seq_id, n) * 50)], -self.names.index(n)))
 
     # -- planning --------------------------------------------------------------------------------
     def plan(self, seqs, room: list[int]) -> list[list[tuple[str, list[int]]]] | None:
@@ -197,13 +188,11 @@ class Speculator:
         None when the target decodes greedily or samples otherwise."""
         if self.engine.config.sampler != "inverse_cdf" or any(s.request.params.temperature <= 0 for s in seqs):
             return None
-        import torch
+        from tailrl.engine.keyed import inverse_cdf_uniforms
 
-        from tailrl.engine.keyed import key_hash, uniform_from_hash
-
-        rows = [(s.request.params.seed, s.request.uid, s.sample_index, s.num_generated + j) for s in seqs for j in range(k)]
-        t = torch.tensor(rows, dtype=torch.long)
-        u = uniform_from_hash(key_hash(t[:, 0], t[:, 1], t[:, 2], t[:, 3])).tolist()
+        rows = [s for s in seqs for _ in range(k)]
+        keys = self.engine.sample_keys(rows, [s.num_generated + j for s in seqs for j in range(k)])
+        u = inverse_cdf_uniforms(keys).tolist()
         return [u[i * k:(i + 1) * k] for i in range(len(seqs))]
 
     def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:

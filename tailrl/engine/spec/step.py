@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from tailrl.engine.spec.tree import accept_path, build_tree
-from tailrl.engine.stops import finish_reason
 from tailrl.engine.telemetry import StepRecord
 
 
@@ -77,29 +76,17 @@ def speculative_decode(engine, ready) -> None:
         if cand:
             spec.observe(s, cand, emitted[:-1], tree.source[path[-1]] if path else 0)
         base = s.num_cached + s.pending  # tokens whose K/V this forward completed (pending incl. root)
-        for m, node in enumerate(path, start=1):  # keep the path's K/V at consecutive slots
-            if node != m:
-                _move_kv(cache, s.seq_id, base - 1 + node, base - 1 + m)
+        if not tree.is_chain:  # keep the path's K/V at consecutive positions
+            cache.move(s.seq_id, [base - 1 + node for node in path], list(range(base, base + len(path))))
         s.num_cached = base + len(path)
         cache.truncate(s.seq_id, s.num_cached)
         sources = [0] + path  # emitted[j] was sampled at node sources[j]
         for j, tok in enumerate(emitted):
             emitted_total += 1
-            s.tokens.append(tok)
-            s.logprobs.append(lp[sources[j]])
-            reason = finish_reason(s, engine.eos_ids, engine.max_model_len, engine.detokenize)
-            if reason is not None:
-                engine._finish(s, reason)
+            if engine.advance(s, tok, lp[sources[j]]):
                 break
     t1 = engine._now()
     spec.record("spec", len(ready), emitted_total, t1 - t0)
     spec.spec_overhead.observe(len(ready), max(0.0, t1 - t0 - t_fwd - spec.last_draft_s))
     engine.trace.steps.append(StepRecord("verify", t0, t1, len(ready), n_tokens))
 
-
-def _move_kv(cache, seq_id: int, src_pos: int, dst_pos: int) -> None:
-    bs = cache.block_size
-    table = cache.tables[seq_id]
-    src = table[src_pos // bs] * bs + src_pos % bs
-    dst = table[dst_pos // bs] * bs + dst_pos % bs
-    cache.kv[:, :, dst] = cache.kv[:, :, src]
