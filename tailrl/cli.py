@@ -23,6 +23,7 @@ def _add_generate(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--out", help="output JSONL (default stdout)")
     p.add_argument("--timeline", help="PNG of the active batch size over time")
+    p.add_argument("--trace", help="write the rollout trace (traces.jsonl row, replayable by tailrl simulate)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--device", default="cpu")
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
@@ -55,6 +56,11 @@ def _cmd_generate(a) -> int:
                             seed=a.seed, stop=tuple(a.stop), ignore_eos=a.ignore_eos)
     result = run_generate(model, tok, rows, params, a.n, engine_cfg, a.out, progress=sys.stderr.isatty())
     print_summary(result)
+    if a.trace:
+        import json
+        from pathlib import Path
+
+        Path(a.trace).write_text(json.dumps({"step": 0, "rounds": [result.trace.to_json()]}) + "\n")
     if a.timeline:
         from tailrl.engine.timeline import plot_timeline
 
@@ -168,6 +174,25 @@ def _cmd_eval(a) -> int:
     return 0
 
 
+def _add_simulate(sub) -> None:
+    p = sub.add_parser("simulate", help="what-if simulator: synchronous RL steps on a cluster over length traces")
+    p.add_argument("config", nargs="?", help="YAML config, or a bundled one (pat_h100_llama8b_24k, ...)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. cluster.num_gpus=16 pat.enabled=true")
+    p.add_argument("--out", default="runs/simulate", help="folder for summary.md, steps.json, timeline.png, breakdown.png")
+
+
+def _cmd_simulate(a) -> int:
+    from tailrl.sim.command import run_simulate
+
+    config, overrides = a.config, list(a.overrides)
+    if config and "=" in config:  # overrides only, no config file
+        config, overrides = None, [config, *overrides]
+    md, _ = run_simulate(config, overrides, a.out)
+    print(md)
+    print(f"report: {a.out}/summary.md, plots: {a.out}/timeline.png, {a.out}/breakdown.png")
+    return 0
+
+
 def _add_bench(sub) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks (ratios measured in one run)")
     bs = p.add_subparsers(dest="bench", required=True)
@@ -196,6 +221,13 @@ def _add_bench(sub) -> None:
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--repeats", type=int, default=1)
     q.add_argument("--out-dir", default="runs/bench-spec")
+    q = bs.add_parser("sim", help="simulator vs the papers' numbers (calibration) and vs tailrl's own measured rollouts")
+    q.add_argument("--replay-steps", type=int, default=8, help="demo training steps whose rollouts are replayed")
+    q.add_argument("--trace", help="replay this run folder's traces.jsonl instead of training")
+    q.add_argument("--profile", help="use this engine profile instead of profiling now")
+    q.add_argument("--no-calibration", action="store_true")
+    q.add_argument("--no-replay", action="store_true")
+    q.add_argument("--out-dir", default="runs/bench-sim")
 
 
 def _add_profile(sub) -> None:
@@ -208,9 +240,18 @@ def _add_profile(sub) -> None:
     q.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     q.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.ladder=PATH)")
+    q = ps.add_parser("engine", help="decode / prefill latency of the engine on this machine (for tailrl simulate)")
+    q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
+    q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE", help="engine option (as in generate)")
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64, 128, 256])
+    q.add_argument("--contexts", type=int, nargs="+", default=[16, 64, 192], help="prompt tokens per sequence")
+    q.add_argument("--steps", type=int, default=40, help="decode steps timed per (batch, context)")
+    q.add_argument("--out", default="engine_profile.json", help="profile JSON (use with latency.profile=PATH)")
 
 
 def _cmd_profile(a) -> int:
+    if a.profile == "engine":
+        return _profile_engine(a)
     import torch
 
     from tailrl.config import EngineConfig, SpecConfig
@@ -229,6 +270,26 @@ def _cmd_profile(a) -> int:
     ladder = profile_ladder(engine, tuple(sorted(a.batches)), a.k_max, alphas=ALPHAS)
     ladder.save(a.out)
     print(f"ladder: {a.out}")
+    return 0
+
+
+def _profile_engine(a) -> int:
+    from tailrl.config import EngineConfig, config_from_dict, parse_override, set_dotted
+    from tailrl.engine import Engine
+    from tailrl.model import load
+    from tailrl.sim.profile import profile_engine, save_profile
+
+    if min(a.batches) < 1 or min(a.contexts) < 1 or a.steps < 9:
+        raise UserError("need batch sizes >= 1, contexts >= 1 and --steps >= 9")
+    tree: dict = {}
+    for kv in a.engine:
+        set_dotted(tree, *parse_override(kv))
+    model, _ = load(a.model, tokenizer=False)
+    engine = Engine(model, config_from_dict(tree, EngineConfig))
+    prof = profile_engine(engine, model.args.vocab_size, tuple(sorted(a.batches)), tuple(sorted(a.contexts)), a.steps,
+                          progress=lambda b, c: print(f"  batch {b:4d}  prompt {c:4d} tokens", flush=True))
+    save_profile(prof, a.out)
+    print(f"engine profile: {a.out}")
     return 0
 
 
@@ -254,6 +315,12 @@ def _cmd_bench(a) -> int:
         from tailrl.bench.spec import run_spec_bench
 
         run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
+    elif a.bench == "sim":
+        from tailrl.bench.sim import run_sim_bench
+
+        if a.replay_steps < 1:
+            raise UserError("--replay-steps must be >= 1")
+        print(run_sim_bench(a.out_dir, a.replay_steps, a.trace, a.profile, not a.no_calibration, not a.no_replay))
     return 0
 
 
@@ -268,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_eval(sub)
     _add_bench(sub)
     _add_profile(sub)
+    _add_simulate(sub)
     argv = sys.argv[1:] if argv is None else argv
     # --debug may appear anywhere on the line
     debug = "--debug" in argv
@@ -279,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     commands = {"generate": _cmd_generate, "demo": _cmd_demo, "train": _cmd_train, "eval": _cmd_eval, "bench": _cmd_bench,
-                "profile": _cmd_profile}
+                "profile": _cmd_profile, "simulate": _cmd_simulate}
     if a.command is None:
         parser.print_help()
         return 2

@@ -189,7 +189,8 @@ class Engine:
             self.speculator.release(seq)
         r = Rollout(seq.request.uid, seq.sample_index, seq.tokens[: seq.num_prompt], seq.generated, seq.logprobs,
                     reason, error, seq.t_start, seq.t_finish)
-        self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason))
+        self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason,
+                                                 seq.num_prompt))
         self._finished.append(r)
 
     def _fail(self, seq: Sequence, error: str) -> None:

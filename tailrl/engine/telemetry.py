@@ -34,6 +34,7 @@ class RequestRecord:
     t_finish: float
     num_tokens: int
     finish_reason: str
+    prompt_tokens: int = 0
 
 
 @dataclass
@@ -58,6 +59,19 @@ class RolloutTrace:
     def timeline(self) -> tuple[list[float], list[int]]:
         """(times, active batch) per forward, for plots."""
         return [s.t0 for s in self.steps], [s.batch for s in self.steps]
+
+    def to_json(self) -> dict:
+        """Compact JSON form (traces.jsonl; `tailrl simulate` replays it)."""
+        return {"t_end": self.t_end, "preemptions": self.preemptions,
+                "requests": [[r.uid, r.sample_index, r.prompt_tokens, r.num_tokens, r.finish_reason, r.t_start, r.t_finish]
+                             for r in self.requests],
+                "steps": [[s.kind, s.t0, s.t1, s.batch, s.tokens] for s in self.steps]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> RolloutTrace:
+        return cls(steps=[StepRecord(*s) for s in d.get("steps", [])],
+                   requests=[RequestRecord(u, i, t0, t1, n, fr, p) for u, i, p, n, fr, t0, t1 in d["requests"]],
+                   t_end=float(d["t_end"]), preemptions=int(d.get("preemptions", 0)))
 
     # -- derived --------------------------------------------------------------------------------
     def group_lengths(self) -> dict[int, list[int]]:

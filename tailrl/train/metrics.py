@@ -1,5 +1,6 @@
 """Metrics sinks: metrics.jsonl (always), TensorBoard (default on), Weights & Biases (when asked and
-installed). Names follow veRL/TRL (`timing_s/gen`, `actor/pg_loss`, `response_length/mean`, ...)."""
+installed), and traces.jsonl (every rollout's per-request lengths and forward timeline, which
+`tailrl simulate` replays). Names follow veRL/TRL (`timing_s/gen`, `actor/pg_loss`, ...)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,8 @@ class MetricsLogger:
     def __init__(self, run_dir: Path, tensorboard: bool = True, wandb: bool = False, wandb_project: str = "tailrl",
                  config: dict | None = None, resume_step: int | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
-        if resume_step is not None and self.path.is_file():
-            # rows past the checkpoint we resume from were produced by steps that will be redone
-            rows = [line for line in self.path.read_text().splitlines() if line.strip()]
-            keep = [r for r in rows if json.loads(r).get("step", 0) <= resume_step]
-            self.path.write_text("".join(r + "\n" for r in keep))
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_jsonl(self.path, resume_step)
+        self._traces = open_jsonl(Path(run_dir) / "traces.jsonl", resume_step)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -45,12 +42,28 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
 
+    def log_traces(self, step: int, traces: list) -> None:
+        """One row per step: the RolloutTrace of each generation round (refills are extra rounds)."""
+        self._traces.write(json.dumps({"step": step, "rounds": [tr.to_json() for tr in traces]}) + "\n")
+        self._traces.flush()
+
     def close(self) -> None:
         self._file.close()
+        self._traces.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def open_jsonl(path: Path, resume_step: int | None):
+    """Append handle on a per-step JSONL file; on resume, rows past the checkpoint are dropped first
+    (they were produced by steps that will be redone)."""
+    if resume_step is not None and path.is_file():
+        rows = [line for line in path.read_text().splitlines() if line.strip()]
+        keep = [r for r in rows if json.loads(r).get("step", 0) <= resume_step]
+        path.write_text("".join(r + "\n" for r in keep))
+    return path.open("a", encoding="utf-8")
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

@@ -255,6 +255,7 @@ class Trainer:
                 if self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
                     metrics |= self.evaluate()
                 self.logger.log(self.step_idx, metrics)
+                self.logger.log_traces(self.step_idx, self.last_phase.traces)
                 history.append(metrics)
                 if on_step:
                     on_step(self.step_idx, metrics)

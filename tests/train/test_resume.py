@@ -1,6 +1,7 @@
 """Exact resume: a run killed (kill -9) mid-training and resumed ends bitwise identical to an
 uninterrupted run (CPU)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -44,6 +45,9 @@ def test_resume_between_steps_is_exact(tiny_model_dir, arith_data, tmp_path):
     a, b = _weights(tmp_path / "full"), _weights(tmp_path / "part")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [r["step"] for r in read_metrics(tmp_path / "part")] == [1, 2, 3, 4]
+    # traces.jsonl follows the same resume rule (rows past the checkpoint dropped, then appended)
+    traces = [json.loads(x) for x in (tmp_path / "part" / "traces.jsonl").read_text().splitlines()]
+    assert [t["step"] for t in traces] == [1, 2, 3, 4] and all(t["rounds"][0]["requests"] for t in traces)
 
 
 def test_kill_9_during_training_then_resume_is_bitwise_identical(tiny_model_dir, arith_data, tmp_path):

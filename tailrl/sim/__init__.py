@@ -1,0 +1,14 @@
+"""Cluster-scale what-if simulator over length traces (`tailrl simulate`): synchronous RL steps under
+static or SAGC group sizes, PAT's TP/DP switching, speculation (coupled, decoupled, Best-of-N) and
+PODS, priced by a roofline (GPU presets) or by a measured profile of tailrl's engine. Pure Python.
+
+    hardware.py  GPU / model presets        latency.py  roofline + profiled predictor
+    workload.py  rounds: traces, synthetic  events.py   discrete-event loop
+    generation.py one round on the cluster  spec.py / pat.py  the policies' cost models
+    run.py       steps from a SimConfig      report.py   table + plots     profile.py  engine profile
+"""
+
+from tailrl.sim.config import SimConfig
+from tailrl.sim.run import SimResult, simulate, variants
+
+__all__ = ["SimConfig", "SimResult", "simulate", "variants"]
