@@ -30,6 +30,13 @@ def _add_generate(sub) -> None:
                    help="engine option, e.g. --engine max_batch_size=64 --engine spec.k_max=4")
     p.add_argument("--spec", default=None, metavar="none|ngram|history|draft:PATH|auto",
                    help="speculative decoding (exact: the tokens do not change)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (ranks spawned on this machine: tp x dp)")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    p.add_argument("--switch", default="off", metavar="off|auto|tpN@STEP[:migrate|recompute]",
+                   help="change the TP/DP layout mid-rollout: PAT's controller (auto) or forced")
+    p.add_argument("--tp-profile", help="latency profile from `tailrl profile tp` (for --switch auto)")
+    p.add_argument("--switch-kv", default="auto", choices=["auto", "migrate", "recompute"],
+                   help="how --switch auto moves unfinished requests (auto: the cost model picks)")
 
 
 def _cmd_generate(a) -> int:
@@ -54,7 +61,10 @@ def _cmd_generate(a) -> int:
     rows = read_prompts(a.prompts, tok)
     params = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, max_new_tokens=a.max_new_tokens,
                             seed=a.seed, stop=tuple(a.stop), ignore_eos=a.ignore_eos)
-    result = run_generate(model, tok, rows, params, a.n, engine_cfg, a.out, progress=sys.stderr.isatty())
+    if a.tp * a.dp > 1 or a.switch != "off":
+        result = _generate_parallel(a, model, tok, rows, params, engine_cfg)
+    else:
+        result = run_generate(model, tok, rows, params, a.n, engine_cfg, a.out, progress=sys.stderr.isatty())
     print_summary(result)
     if a.trace:
         import json
@@ -67,6 +77,33 @@ def _cmd_generate(a) -> int:
         plot_timeline(result.trace, a.timeline, title=f"{a.model}: {len(rows)} prompts x {a.n}")
         print(f"timeline: {a.timeline}", file=sys.stderr)
     return 0
+
+
+def _generate_parallel(a, model, tok, rows, params, engine_cfg):
+    import json
+    from pathlib import Path
+
+    from tailrl.engine import Request
+    from tailrl.generate import GenerateResult, eos_ids_of, write_rollouts
+    from tailrl.parallel.generate import SwitchSpec, check_layout, run_parallel_generate
+
+    switch = SwitchSpec.parse(a.switch, a.switch_kv)
+    profile = None
+    if a.tp_profile:
+        if not Path(a.tp_profile).is_file():
+            raise UserError(f"latency profile not found: {a.tp_profile}")
+        profile = json.loads(Path(a.tp_profile).read_text())
+    check_layout(model.args, a.tp, a.dp, switch, profile)
+    requests = [Request(r.token_ids, uid=r.index, n=a.n, params=params, error=r.error) for r in rows]
+    res, trace = run_parallel_generate(a.model, requests, engine_cfg, a.tp, a.dp, switch, profile,
+                                       eos_ids_of(model, tok), a.max_new_tokens)
+    write_rollouts(res.rollouts, tok, params, a.out)
+    for ev in res.switches:
+        print(f"switch at {ev.t:.2f}s: {ev.src} -> {ev.dst} ({ev.unfinished} unfinished, KV {ev.kv_path}) "
+              f"{ev.total_s:.3f}s = weights {ev.weights_s:.3f} + KV {ev.kv_s:.3f} + groups {ev.groups_s:.3f}",
+              file=sys.stderr)
+    print(f"layouts: {' -> '.join(res.layouts)}", file=sys.stderr)
+    return GenerateResult(res.rollouts, trace)
 
 
 def _add_demo(sub) -> None:
@@ -221,6 +258,12 @@ def _add_bench(sub) -> None:
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--repeats", type=int, default=1)
     q.add_argument("--out-dir", default="runs/bench-spec")
+    q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
+    q.add_argument("--requests", type=int, default=32)
+    q.add_argument("--long-every", type=int, default=16, help="every k-th request is long")
+    q.add_argument("--long", type=int, default=192, help="tokens of a long request (short ones: 8-40)")
+    q.add_argument("--switch-at", type=int, default=24, help="engine step of the forced switches")
+    q.add_argument("--out-dir", default="runs/bench-tp")
     q = bs.add_parser("sim", help="simulator vs the papers' numbers (calibration) and vs tailrl's own measured rollouts")
     q.add_argument("--replay-steps", type=int, default=8, help="demo training steps whose rollouts are replayed")
     q.add_argument("--trace", help="replay this run folder's traces.jsonl instead of training")
@@ -247,11 +290,22 @@ def _add_profile(sub) -> None:
     q.add_argument("--contexts", type=int, nargs="+", default=[16, 64, 192], help="prompt tokens per sequence")
     q.add_argument("--steps", type=int, default=40, help="decode steps timed per (batch, context)")
     q.add_argument("--out", default="engine_profile.json", help="profile JSON (use with latency.profile=PATH)")
+    q = ps.add_parser("tp", help="PAT's profiler: decode / prefill latency per TP degree, bandwidth, group creation")
+    q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
+    q.add_argument("--world", type=int, default=2, help="ranks spawned on this machine")
+    q.add_argument("--tps", type=int, nargs="+", default=None, help="TP degrees (default: every divisor of --world)")
+    q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE", help="engine option (as in generate)")
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
+    q.add_argument("--contexts", type=int, nargs="+", default=[16, 128, 512], help="prompt tokens per sequence")
+    q.add_argument("--steps", type=int, default=24, help="decode steps timed per (batch, context)")
+    q.add_argument("--out", default="tp_profile.json", help="profile JSON (use with generate --tp-profile PATH)")
 
 
 def _cmd_profile(a) -> int:
     if a.profile == "engine":
         return _profile_engine(a)
+    if a.profile == "tp":
+        return _profile_tp(a)
     import torch
 
     from tailrl.config import EngineConfig, SpecConfig
@@ -293,6 +347,34 @@ def _profile_engine(a) -> int:
     return 0
 
 
+def _profile_tp(a) -> int:
+    import json
+    from pathlib import Path
+
+    from tailrl.config import EngineConfig, config_from_dict, parse_override, set_dotted
+    from tailrl.model import load
+    from tailrl.parallel.profile import profile_tp
+
+    tps = a.tps or [t for t in range(1, a.world + 1) if a.world % t == 0]
+    if a.world < 1 or any(t < 1 or a.world % t for t in tps):
+        raise UserError(f"every --tps degree must divide --world {a.world}; got {tps}")
+    if min(a.batches) < 1 or min(a.contexts) < 1 or a.steps < 9:
+        raise UserError("need batch sizes >= 1, contexts >= 1 and --steps >= 9")
+    args = load(a.model, tokenizer=False)[0].args  # resolves the model (and fails in one line) before spawning
+    bad = [t for t in tps if args.num_heads % t or args.num_kv_heads % t]
+    if bad:
+        raise UserError(f"TP={bad[0]} does not divide the model's heads ({args.num_heads} query, {args.num_kv_heads} KV)")
+    tree: dict = {}
+    for kv in a.engine:
+        set_dotted(tree, *parse_override(kv))
+    prof = profile_tp(a.model, a.world, tps, config_from_dict(tree, EngineConfig), tuple(sorted(a.batches)),
+                      tuple(sorted(a.contexts)), a.steps)
+    Path(a.out).write_text(json.dumps(prof, indent=1))
+    print(f"TP profile ({', '.join(f'TP{t}' for t in tps)} on {a.world} ranks; all-gather "
+          f"{prof['bandwidth'] / 1e9:.2f} GB/s per rank): {a.out}")
+    return 0
+
+
 def _cmd_bench(a) -> int:
     if a.bench == "pods":
         from tailrl.bench.pods import run_pods_bench
@@ -315,6 +397,12 @@ def _cmd_bench(a) -> int:
         from tailrl.bench.spec import run_spec_bench
 
         run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
+    elif a.bench == "tp":
+        from tailrl.bench.tp import run_tp_bench
+
+        if a.requests < 2 or a.long_every < 1 or a.long < 41 or a.switch_at < 1:
+            raise UserError("need --requests >= 2, --long-every >= 1, --long > 40, --switch-at >= 1")
+        print(run_tp_bench(a.out_dir, a.requests, a.long_every, a.long, a.switch_at))
     elif a.bench == "sim":
         from tailrl.bench.sim import run_sim_bench
 

@@ -46,6 +46,12 @@ def run_generate(model, tokenizer, rows, params: SamplingParams, n: int, engine_
             rollouts, trace = engine.generate(requests, on_finish=lambda r: bar.advance(task))
     else:
         rollouts, trace = engine.generate(requests)
+    write_rollouts(rollouts, tokenizer, params, out_path)
+    return GenerateResult(rollouts, trace)
+
+
+def write_rollouts(rollouts: list[Rollout], tokenizer, params: SamplingParams, out_path: str | Path | None) -> None:
+    """One JSON line per completion (the order given) to out_path or stdout."""
     out = open(out_path, "w", encoding="utf-8") if out_path else sys.stdout
     try:
         for r in rollouts:
@@ -60,7 +66,6 @@ def run_generate(model, tokenizer, rows, params: SamplingParams, n: int, engine_
     finally:
         if out_path:
             out.close()
-    return GenerateResult(rollouts, trace)
 
 
 def print_summary(result: GenerateResult, file=None) -> None:

@@ -76,8 +76,8 @@ def calibration_checks() -> list[Check]:
                          ms, lat.decode(tp, per, per * 2048) * 1e3, True))
     from tailrl.sim.pat import PatPolicy
 
-    pol = PatPolicy(lat, model_spec("llama3.1-8b"), gpu("a40"), 8, (2, 8), 16384, kv="migrate",
-                    link_eff=CALIBRATED["a40"].link_eff)
+    pol = PatPolicy.for_hardware(lat, model_spec("llama3.1-8b"), gpu("a40"), CALIBRATED["a40"].link_eff, node_gpus=8,
+                                 tp_options=(2, 8), max_len=16384, kv="migrate")
     cost = pol.switch_cost(2, 8, [12 * 1024] * 9)  # PAT §5.4: TP2 -> TP8, 9 unfinished samples at 12K context
     out += [Check("PAT §5.4 A40 switch TP2->TP8 (9 x 12K): weight resharding s", "PatPolicy.switch_cost, a40", 1.03,
                   cost.weights_s, informative=True),
@@ -155,7 +155,7 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
                              f"engine.max_batch_size={e.max_batch_size}", f"engine.max_prefill_tokens={e.max_prefill_tokens}",
                              "engine.chunk=1"], cls=SimConfig)
     res = simulate(cfg, "replay")
-    rows = [(s.measured_gen_s, s.gen.gen_s) for s in res.steps]
+    rows = [(s.measured_gen_s, s.gen_s) for s in res.steps]
     errs = [p / m - 1 for m, p in rows]
     return {"run_dir": str(run_dir), "profile": profile, "rounds": len(rows),
             "measured_s": sum(m for m, _ in rows), "predicted_s": sum(p for _, p in rows),
@@ -179,8 +179,8 @@ def run_sim_bench(out_dir: str | Path, replay_steps: int = 8, trace: str | None 
     if do_replay:
         r = replay(out, replay_steps, trace, profile)
         result["replay"] = r
-        parts.append(f"## Replay of tailrl's own rollouts ({r['rounds']} rounds of {r['run_dir']})\n\n"
-                     f"| measured s | predicted s | total error | mean abs error per round | max abs error |\n"
+        parts.append(f"## Replay of tailrl's own rollouts ({r['rounds']} steps of {r['run_dir']})\n\n"
+                     f"| measured s | predicted s | total error | mean abs error per step | max abs error |\n"
                      f"|---|---|---|---|---|\n| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['total_error']:+.1%} "
                      f"| {r['mean_abs_error']:.1%} | {r['max_abs_error']:.1%} |")
     md = "\n\n".join(parts)

@@ -68,6 +68,11 @@ class Engine:
             else:
                 self.scheduler.add(seq)
 
+    def take_finished(self) -> list[Rollout]:
+        """Rollouts finished outside step() (invalid requests fail at add()), handed over once."""
+        out, self._finished = self._finished, []
+        return out
+
     def _validate(self, r: Request) -> str | None:
         if r.n < 1:
             return f"n must be >= 1, got {r.n}"
@@ -180,6 +185,30 @@ class Engine:
         del seq.logprobs[num_generated:]
         seq.num_cached = min(seq.num_cached, keep - 1)
         self.cache.truncate(seq.seq_id, seq.num_cached)
+
+    # -- moving unfinished sequences to another engine (TP/DP switch, tailrl/parallel) -------------
+    def export_unfinished(self, with_kv: bool = True) -> list[tuple[Sequence, torch.Tensor | None]]:
+        """Take every unfinished sequence out of this engine, with a copy of its cached K/V when asked
+        (None for waiting ones: nothing cached); their cache blocks are freed."""
+        sch, out = self.scheduler, []
+        for seq in sorted(sch.running, key=lambda s: s.admitted_at) + list(sch.waiting):
+            kv = self.cache.read(seq.seq_id, seq.num_cached) if with_kv and seq.num_cached else None
+            self.cache.free(seq.seq_id)
+            seq.group_parent = None
+            out.append((seq, kv))
+        sch.running, sch.waiting = [], type(sch.waiting)()
+        return out
+
+    def adopt(self, seq: Sequence, kv: torch.Tensor | None) -> None:
+        """Continue a sequence exported by another engine: with its K/V it decodes at once (migration);
+        without, it waits to be recomputed by a prefill of prompt + generated tokens (recompute)."""
+        seq.seq_id = self._next_seq
+        self._next_seq += 1
+        seq.num_cached = 0
+        if kv is not None:
+            self.cache.write(seq.seq_id, kv)
+            seq.num_cached = kv.shape[2]
+        self.scheduler.adopt(seq, cached=kv is not None)
 
     # -- results --------------------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: str, error: str | None = None) -> None:

@@ -114,3 +114,11 @@ class PagedKVCache:
         """(2, layers, n_tokens, kv_heads, head_dim) copy of a sequence's valid KV (migration, tests)."""
         idx = torch.tensor(self.slots(seq, 0, n_tokens), dtype=torch.long, device=self.kv.device)
         return self.kv.index_select(2, idx)
+
+    def write(self, seq: int, kv: torch.Tensor) -> None:
+        """Allocate blocks for a sequence and store its KV (2, layers, n_tokens, kv_heads, head_dim):
+        the inverse of read (KV migration between layouts)."""
+        n = kv.shape[2]
+        self.ensure(seq, 0, n)
+        idx = torch.tensor(self.slots(seq, 0, n), dtype=torch.long, device=self.kv.device)
+        self.kv.index_copy_(2, idx, kv.to(device=self.kv.device, dtype=self.kv.dtype))

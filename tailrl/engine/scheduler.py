@@ -63,6 +63,16 @@ class Scheduler:
             admitted.append(seq)
         return admitted
 
+    def adopt(self, seq: Sequence, cached: bool) -> None:
+        """A sequence arriving from another engine: running at once when its K/V came along, else
+        waiting for a recompute."""
+        if cached:
+            self._admissions += 1
+            seq.admitted_at = self._admissions
+            self.running.append(seq)
+        else:
+            self.waiting.append(seq)
+
     def start_running(self, seqs: list[Sequence]) -> None:
         self.running.extend(seqs)
 

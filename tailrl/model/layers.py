@@ -143,29 +143,40 @@ class RowParallelLinear(nn.Module):
         return y
 
 
+def vocab_shard(vocab: int, tp: TPContext) -> tuple[int, int, int]:
+    """(rows per rank, this rank's first row, rows of it that exist): the vocabulary is split in
+    ceil(vocab / tp) rows per rank, the last rank padded with zero rows when tp does not divide it."""
+    shard = -(-vocab // tp.size)
+    start = tp.rank * shard
+    return shard, start, max(0, min(shard, vocab - start))
+
+
+def _load_vocab_rows(param: nn.Parameter, full: torch.Tensor, start: int, valid: int) -> None:
+    param.data.zero_()
+    param.data.narrow(0, 0, valid).copy_(full.narrow(0, start, valid))
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding with the vocabulary split across TP ranks; rows outside this rank's slice give 0,
     and an all-reduce assembles the full embedding."""
 
     def __init__(self, vocab: int, dim: int, tp: TPContext = NO_TP):
         super().__init__()
-        if vocab % tp.size:
-            raise ValueError(f"vocab {vocab} not divisible by tp size {tp.size}")
         self.tp = tp
-        self.shard = vocab // tp.size
-        self.start = tp.rank * self.shard
+        self.vocab = vocab
+        self.shard, self.start, self.valid = vocab_shard(vocab, tp)
         self.weight = nn.Parameter(torch.empty(self.shard, dim))
         self.weight.weight_loader = self.weight_loader
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
-        param.data.copy_(full.narrow(0, self.start, self.shard))
+        _load_vocab_rows(param, full, self.start, self.valid)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids: (B, T) -> (B, T, dim)."""
         if self.tp.size == 1:
             return F.embedding(ids, self.weight)
         local = ids - self.start
-        inside = (local >= 0) & (local < self.shard)
+        inside = (local >= 0) & (local < self.valid)
         y = F.embedding(local.clamp(0, self.shard - 1), self.weight) * inside.unsqueeze(-1)
         dist.all_reduce(y, group=self.tp.group)  # collective: each token's row lives on one rank
         return y
@@ -178,20 +189,21 @@ class ParallelLMHead(nn.Module):
         super().__init__()
         self.tp = tp
         self.tied = tied
+        self.vocab = vocab
+        self.shard, self.start, self.valid = vocab_shard(vocab, tp)
         if tied is None:
-            self.weight = nn.Parameter(torch.empty(vocab // tp.size, dim))
+            self.weight = nn.Parameter(torch.empty(self.shard, dim))
             self.weight.weight_loader = self.weight_loader
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int = 0) -> None:
-        n = param.shape[0]
-        param.data.copy_(full.narrow(0, self.tp.rank * n, n))
+        _load_vocab_rows(param, full, self.start, self.valid)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h: (..., dim) -> logits (..., vocab)."""
         w = self.tied.weight if self.tied is not None else self.weight
-        logits = F.linear(h, w)
+        logits = F.linear(h, w)  # (..., vocab / tp)
         if self.tp.size > 1:
             parts = [torch.empty_like(logits) for _ in range(self.tp.size)]
             dist.all_gather(parts, logits.contiguous(), group=self.tp.group)  # collective: vocab slices
-            logits = torch.cat(parts, dim=-1)
+            logits = torch.cat(parts, dim=-1)[..., : self.vocab]  # drop the last rank's padding rows
         return logits

@@ -8,7 +8,7 @@ knows the tensor-parallel rank). `hf_state_dict(model)` is the inverse, for savi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -79,30 +79,48 @@ def _owner(model: nn.Module, param_name: str) -> nn.Module:
     return model.get_submodule(param_name.rsplit(".", 1)[0])
 
 
-def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's weights under Hugging Face names (unfused; tp size 1 only)."""
-    if model.tp.size != 1:
-        raise ValueError("hf_state_dict needs the unsharded model (tp size 1)")
+def _gather(t: torch.Tensor, tp, dim: int) -> torch.Tensor:
+    """Concatenate every TP rank's shard of t along dim (collective over the TP group)."""
+    if tp.size == 1:
+        return t
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(t) for _ in range(tp.size)]
+    dist.all_gather(parts, t.contiguous(), group=tp.group)  # collective: shards -> full tensor
+    return torch.cat(parts, dim=dim)
+
+
+def full_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The model's weights under Hugging Face names, unfused and unsharded, one tensor at a time (so a
+    consumer such as resharding holds at most one full tensor). With TP > 1 this is a collective: every
+    rank of the model's TP group must iterate it, in the same order."""
     inverse: dict[str, list[str]] = {}
     for hf_mod, (fused, shard) in _FUSED.items():
         inverse.setdefault(fused, [None] * 3)[shard] = hf_mod
-    out: dict[str, torch.Tensor] = {}
+    tp = model.tp
     for name, p in model.named_parameters():
         t = p.detach()
         mod, kind = name.rsplit(".", 1)
+        owner = _owner(model, name)
         if name.startswith("layers."):
             _, idx, sub = mod.split(".", 2)
-            if sub in inverse:
-                sizes = _owner(model, name).parts
-                for part, hf_mod in zip(t.split(sizes, dim=0), inverse[sub]):
-                    out[f"model.layers.{idx}.{hf_mod}.{kind}"] = part.contiguous()
+            if sub in inverse:  # column-parallel, fused: each part sharded on its own rows
+                for part, hf_mod in zip(t.split(owner.parts, dim=0), inverse[sub]):
+                    yield f"model.layers.{idx}.{hf_mod}.{kind}", _gather(part, tp, 0)
                 continue
-            out[f"model.{name}"] = t
-        elif name.startswith("lm_head."):
-            out[name] = t
+            if kind == "weight" and hasattr(owner, "in_shard"):  # row-parallel: input columns sharded
+                t = _gather(t, tp, 1)
+            yield f"model.{name}", t
+        elif hasattr(owner, "vocab"):  # vocab-parallel rows, the last rank padded
+            full = _gather(t, tp, 0)[: owner.vocab]
+            yield (name if name.startswith("lm_head.") else f"model.{name}"), full
         else:
-            out[f"model.{name}"] = t
-    return out
+            yield f"model.{name}", t
+
+
+def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's weights under Hugging Face names (unfused; gathered when tensor-parallel)."""
+    return {k: v.contiguous() for k, v in full_tensors(model)}
 
 
 @torch.no_grad()

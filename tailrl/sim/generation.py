@@ -49,11 +49,13 @@ class Replica:
     gpus: int  # GPUs it occupies (tp, plus drafter GPUs under decoupled speculation)
     waiting: deque = field(default_factory=deque)
     running: list = field(default_factory=list)
+    inflight: list = field(default_factory=list)  # admitted, their prefill still running
+    busy: bool = False  # a forward of this replica is in flight (an event is pending)
     busy_s: float = 0.0
     parked: bool = False
 
     def unfinished(self) -> list[Live]:
-        return self.running + list(self.waiting)
+        return self.running + self.inflight + list(self.waiting)
 
 
 @dataclass
@@ -107,8 +109,9 @@ class GenerationSim:
 
     def __post_init__(self):
         per = self.tp + self.draft_gpus
-        if per > self.node_gpus and self.node_gpus % self.tp:
-            raise ValueError(f"TP={self.tp} does not fit a node of {self.node_gpus} GPUs")
+        if self.node_gpus % self.tp or per > self.num_gpus:
+            raise ValueError(f"TP={self.tp} (+{self.draft_gpus} drafter GPUs) does not fit nodes of {self.node_gpus} "
+                             f"GPUs / {self.num_gpus} GPUs")
         self.loop = EventLoop()
         self.replicas: list[Replica] = []
         n_rep = max(self.num_gpus // per, 1)
@@ -124,15 +127,16 @@ class GenerationSim:
             lives.append(Live(r, min(a, 0.999)))
         self.lives = lives
         self.all_replicas = list(self.replicas)  # every replica ever created, for GPU-busy accounting
-        size = math.ceil(len(lives) / n_rep)  # contiguous shards, as a trainer splits its batch over DP
+        bounds = [round(i * len(lives) / n_rep) for i in range(n_rep + 1)]  # contiguous, sizes differ by <= 1
         for i, rep in enumerate(self.replicas):
-            rep.waiting.extend(lives[i * size:(i + 1) * size])
+            rep.waiting.extend(lives[bounds[i]:bounds[i + 1]])
         self.timeline: list[tuple[float, int, int, int]] = []
         self.switches: list[dict] = []
         self.iterations = 0
         self.windows: list[int] = []
         self.accept = [0.0, 0.0, 0.0, 0.0]
-        self.pending: dict[int, tuple] = {}  # node -> (new tp, cost, predicted) while pausing for a switch
+        # node -> (new tp, cost, predicted stay, predicted switch, decided at) while pausing for a switch
+        self.pending: dict[int, tuple] = {}
 
     # -- replicas ----------------------------------------------------------------------------------
     def _admit(self, rep: Replica) -> list[Live]:
@@ -165,19 +169,22 @@ class GenerationSim:
         if admitted:
             seen, tokens = set(), 0
             for lv in admitted:
-                if lv.req.uid not in seen or lv.done:
+                if lv.req.uid not in seen or lv.done:  # siblings fork the prompt; a moved request re-prefills
                     tokens += lv.req.prompt_len + int(lv.done)
                 seen.add(lv.req.uid)
             dt = self.lat.prefill(rep.tp, tokens, len(admitted))
             self.timeline.append((now, rep.node, rep.rid, len(rep.running) + len(admitted)))
+            rep.inflight = admitted
 
             def after_prefill():
+                rep.busy, rep.inflight = False, []
                 for lv in admitted:
-                    lv.done += 1  # the first token is sampled from the prefill's logits
+                    lv.done += 1  # the next token is sampled from the prefill's logits (first, or after a recompute)
                 rep.running.extend(admitted)
                 self._retire(rep)
                 self._step(rep)
 
+            rep.busy = True
             rep.busy_s += dt
             self.loop.after(dt, after_prefill)
             return
@@ -208,11 +215,13 @@ class GenerationSim:
                 self.accept[3] += drafted
 
         def after_decode():
+            rep.busy = False
             for lv, r in zip(rep.running, rates):
                 lv.done = min(lv.done + k * r, lv.req.out_len)
             self._retire(rep)
             self._step(rep)
 
+        rep.busy = True
         rep.busy_s += dt
         self.loop.after(dt, after_decode)
 
@@ -231,8 +240,8 @@ class GenerationSim:
 
     def _tick(self, node: int) -> None:
         reps = self._node_replicas(node)
-        if not any(r.unfinished() for r in reps) or node in self.pending:
-            return
+        if not any(r.unfinished() for r in reps):
+            return  # the node is done for the round (no work arrives mid-round)
         policy = self.pat[node]
         state = [(lv.ctx, int(lv.done)) for r in reps for lv in r.unfinished()]
         current = [[(lv.ctx, policy.max_len - int(lv.done)) for lv in r.unfinished()] for r in reps]
@@ -240,16 +249,15 @@ class GenerationSim:
         if cost is not None:
             self.pending[node] = (tp, cost, stay, chosen, self.loop.now)
             for r in reps:
-                if not r.running and not r.waiting:
-                    r.parked = True
+                r.parked = not r.busy  # busy replicas park when their forward ends (_step)
             self._maybe_switch(node)
         else:
             self.loop.after(self.pat_interval, lambda: self._tick(node))
 
     def _maybe_switch(self, node: int) -> None:
         reps = self._node_replicas(node)
-        if not all(r.parked or not r.unfinished() for r in reps):
-            return
+        if any(r.busy for r in reps):
+            return  # wait for the forwards in flight
         tp, cost, stay, chosen, t_decided = self.pending[node]
         lives = [lv for r in reps for lv in r.unfinished()]
         policy = self.pat[node]
@@ -259,8 +267,9 @@ class GenerationSim:
         new = [Replica(base + i, node, tp, tp) for i in range(n_new)]
         parts = spread(lives, n_new, weight=lambda lv: policy.max_len - lv.done)  # by PAT's max_len bound
         for rep, part in zip(new, parts):
-            rep.running = [lv for lv in part if lv.done >= 1]
-            rep.waiting.extend(lv for lv in part if lv.done < 1)
+            cached = [lv for lv in part if lv.done >= 1]
+            rep.running = cached[: self.max_batch]  # over the batch cap: queued, re-prefilled when admitted
+            rep.waiting.extend(cached[self.max_batch:] + [lv for lv in part if lv.done < 1])
         self.replicas = [r for r in self.replicas if r.node != node] + new
         self.all_replicas += new
         self.switches.append({"t": self.loop.now, "node": node, "from": reps[0].tp, "to": tp, "decided_at": t_decided,
@@ -286,7 +295,9 @@ class GenerationSim:
                 self.loop.at(self.pat_interval, lambda node=node: self._tick(node))
         self.loop.run()
         finish = [lv.t_finish for lv in self.lives]
+        if any(math.isnan(f) for f in finish):  # an invariant, not a user error
+            raise RuntimeError(f"simulator lost {sum(math.isnan(f) for f in finish)} requests")
         gen_s = max(finish, default=0.0) + (self.lat.round_s(len(self.lives)) if self.lives else 0.0)
         busy = sum(r.busy_s * r.gpus for r in self.all_replicas)
-        return GenResult(gen_s, finish, busy, self.num_gpus, sorted(self.timeline), self.switches, self.iterations,
+        return GenResult(gen_s, finish, busy, self.num_gpus, sorted(self.timeline, key=lambda e: e[0]), self.switches, self.iterations,
                          sum(r.out_len for r in self.requests), self.windows, tuple(self.accept))

@@ -62,32 +62,35 @@ class SwitchCost:
 class PatPolicy:
     """The switch controller of one node (its pool of process groups persists across rounds)."""
 
-    lat: object
-    model: ModelSpec
-    gpu: GPU
+    lat: object  # latency model: Roofline (simulator) or Profiled (measured, tailrl/parallel)
+    weight_bytes: float  # the model's weights
+    kv_bytes_per_token: float  # K/V of one token, all layers and heads
     node_gpus: int
     tp_options: tuple[int, ...]
     max_len: int
+    bandwidth: float  # bytes/s one rank moves during a switch (link x efficiency, or measured)
     kv: str = "auto"  # auto | migrate | recompute
-    link_eff: float = 0.7
     group_init_s: float = 1.0  # first use of a TP degree: communicator creation
     recapture_s: float = 0.5  # CUDA graph recapture after a switch
     pool: set[int] = field(default_factory=set)
+    min_gain: float = 0.0  # switch only when it saves this fraction of the predicted remaining time
 
-    def bandwidth(self) -> float:
-        return self.gpu.link_gbps * 1e9 * self.link_eff
+    @classmethod
+    def for_hardware(cls, lat, model: ModelSpec, gpu: GPU, link_eff: float, **kw) -> PatPolicy:
+        return cls(lat, model.weight_bytes, model.kv_bytes_per_token, bandwidth=gpu.link_gbps * 1e9 * link_eff, **kw)
 
     def switch_cost(self, tp_from: int, tp_to: int, contexts: list[int]) -> SwitchCost:
         """Weights: layer-wise all-gather then slice (merging) or fetching the missing part (splitting);
         KV: migration (volume / bandwidth, PAT Eq. 1-2) or recompute (a prefill of all unfinished
         requests at their RMS context, Eq. 3-4), whichever is cheaper unless forced."""
-        W = self.model.weight_bytes
+        W = self.weight_bytes
         moved = W * (1 - 1 / tp_from) if tp_to > tp_from else max(W / tp_to - W / tp_from, 0.0)
-        weights = moved / self.bandwidth()
+        weights = moved / self.bandwidth
         if contexts:
-            migrate = sum(contexts) * self.model.kv_bytes_per_token / tp_from / self.bandwidth()
+            migrate = sum(contexts) * self.kv_bytes_per_token / tp_from / self.bandwidth
             rms = math.sqrt(sum(c * c for c in contexts) / len(contexts))
-            recompute = self.lat.prefill(tp_to, int(rms * len(contexts)), len(contexts))
+            per_replica = max(1, math.ceil(len(contexts) / (self.node_gpus // tp_to)))  # replicas recompute in parallel
+            recompute = self.lat.prefill(tp_to, int(rms * per_replica), per_replica)
             path = self.kv if self.kv != "auto" else ("migrate" if migrate <= recompute else "recompute")
             kv = migrate if path == "migrate" else recompute
         else:
@@ -108,8 +111,8 @@ class PatPolicy:
         None to stay, predicted remaining if staying, predicted remaining with the choice)."""
         stay = (max((decode_time(self.lat, tp, part) for part in current if part), default=0.0)
                 if current is not None else self.predict(tp, reqs))
-        best, best_t, best_cost = tp, stay, None
-        contexts = [int(c) for c, _ in reqs]
+        best, best_t, best_cost = tp, stay * (1 - self.min_gain), None
+        contexts = [int(c) for c, g in reqs if g > 0]  # requests with K/V to move (waiting ones have none)
         for cand in self.tp_options:
             if cand == tp or cand > self.node_gpus or self.node_gpus % cand:
                 continue
@@ -117,4 +120,4 @@ class PatPolicy:
             t = self.predict(cand, reqs) + cost.total
             if t < best_t:
                 best, best_t, best_cost = cand, t, cost
-        return best, best_cost, stay, best_t
+        return best, best_cost, stay, (best_t if best_cost is not None else stay)

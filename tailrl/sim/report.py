@@ -47,7 +47,7 @@ def write_report(out: Path, results: list, title: str) -> str:
     summaries = [(r.name, r.summary()) for r in results]
     md = table(summaries)
     (out / "summary.md").write_text(f"# {title}\n\n{md}\n")
-    rows = [{"variant": r.name, "step": i, "gen_s": s.gen.gen_s, "prepare_s": s.prepare_s, "update_s": s.update_s,
+    rows = [{"variant": r.name, "step": i, "gen_s": s.gen_s, "rounds": 1 + len(s.refills), "prepare_s": s.prepare_s, "update_s": s.update_s,
              "fixed_s": s.fixed_s, "tokens": s.tokens, "group_size": s.group_size, "straggler_rate": s.straggler_rate,
              "bubble_frac": s.gen.bubble_frac, "measured_gen_s": s.measured_gen_s, "switches": s.gen.switches}
             for r in results for i, s in enumerate(r.steps)]

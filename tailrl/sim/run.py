@@ -31,10 +31,15 @@ class StepResult:
     group_size: int
     straggler_rate: float
     measured_gen_s: float | None = None
+    refills: list[GenResult] = field(default_factory=list)  # further generation rounds of the step (refills)
+
+    @property
+    def gen_s(self) -> float:
+        return self.gen.gen_s + sum(r.gen_s for r in self.refills)
 
     @property
     def step_s(self) -> float:
-        return self.gen.gen_s + self.prepare_s + self.update_s + self.fixed_s
+        return self.gen_s + self.prepare_s + self.update_s + self.fixed_s
 
 
 @dataclass
@@ -45,7 +50,7 @@ class SimResult:
     def summary(self) -> dict[str, float]:
         s = self.steps
         mean = lambda f: statistics.mean(f(x) for x in s) if s else 0.0  # noqa: E731
-        out = {"timing_s/gen": mean(lambda x: x.gen.gen_s), "timing_s/prepare": mean(lambda x: x.prepare_s),
+        out = {"timing_s/gen": mean(lambda x: x.gen_s), "timing_s/prepare": mean(lambda x: x.prepare_s),
                "timing_s/update": mean(lambda x: x.update_s + x.fixed_s), "timing_s/step": mean(lambda x: x.step_s),
                "perf/throughput": sum(x.tokens for x in s) / max(sum(x.step_s for x in s), 1e-12),
                "rollout/bubble_frac": mean(lambda x: x.gen.bubble_frac),
@@ -58,7 +63,7 @@ class SimResult:
             out["spec/window_mean"] = statistics.mean(w for x in s for w in x.gen.spec_windows)
             out["spec/accept_rate"] = mean(lambda x: x.gen.accept_rate)
             out["spec/tail_accept_rate"] = mean(lambda x: x.gen.tail_accept_rate)
-        measured = [(x.gen.gen_s, x.measured_gen_s) for x in s if x.measured_gen_s]
+        measured = [(x.gen_s, x.measured_gen_s) for x in s if x.measured_gen_s]
         if measured:
             out["sim/measured_gen_s"] = statistics.mean(m for _, m in measured)
             out["sim/gen_error"] = sum(p for p, _ in measured) / sum(m for _, m in measured) - 1.0
@@ -95,6 +100,11 @@ def validate(cfg: SimConfig) -> None:
     c, n = cfg.cluster, _node_gpus(cfg)
     if c.num_gpus < 1 or c.tp < 1 or n % c.tp:
         raise UserError(f"cluster.tp={c.tp} must divide the GPUs per node ({n})")
+    if c.num_gpus % n:
+        raise UserError(f"cluster.num_gpus={c.num_gpus} must be whole nodes of {n} GPUs")
+    if cfg.spec.mode == "decoupled" and c.tp + cfg.spec.draft_gpus > c.num_gpus:
+        raise UserError(f"a decoupled replica needs tp + spec.draft_gpus = {c.tp + cfg.spec.draft_gpus} GPUs; "
+                        f"the cluster has {c.num_gpus}")
     if cfg.spec.mode not in ("none", *ITERATION):
         raise UserError(f"spec.mode must be one of none, {', '.join(ITERATION)}; got '{cfg.spec.mode}'")
     if cfg.spec.mode == "decoupled" and cfg.pat.enabled:
@@ -117,8 +127,10 @@ def _generation(cfg: SimConfig, lat, rnd: Round, seed: int, pat_pools: list[set]
         nodes = max(c.num_gpus // n, 1)
         while len(pat_pools) < nodes:
             pat_pools.append({c.tp})
-        pats = [PatPolicy(lat, model_spec(cfg.model), gpu_preset(c.gpu), n, cfg.pat.tp_options, cfg.workload.max_len,
-                          cfg.pat.kv, overheads(cfg).link_eff, cfg.pat.group_init_s, cfg.pat.recapture_s, pat_pools[i])
+        pats = [PatPolicy.for_hardware(lat, model_spec(cfg.model), gpu_preset(c.gpu), overheads(cfg).link_eff,
+                                       node_gpus=n, tp_options=cfg.pat.tp_options, max_len=cfg.workload.max_len,
+                                       kv=cfg.pat.kv, group_init_s=cfg.pat.group_init_s,
+                                       recapture_s=cfg.pat.recapture_s, pool=pat_pools[i])
                 for i in range(nodes)]
     e = cfg.engine
     sim = GenerationSim(rnd.requests, lat, c.tp, c.num_gpus, n, e.max_batch_size, e.max_prefill_tokens, e.chunk, spec,
@@ -142,15 +154,26 @@ def simulate(cfg: SimConfig, name: str = "base") -> SimResult:
     lat = latency_model(cfg)
     result, pools = SimResult(name), []
     if cfg.workload.trace:
-        rounds = ((rd, max((len(g) for g in rd.groups()), default=1)) for rd in load_trace_rounds(cfg.workload.trace))
+        rounds = _trace_steps(cfg.workload.trace)
     else:
-        rounds = _controlled_rounds(cfg)
-    for i, (rnd, G) in enumerate(rounds):
-        gen = _generation(cfg, lat, rnd, cfg.seed + i, pools)
-        prepare, update, tokens = _train_phases(cfg, rnd, G)
-        result.steps.append(StepResult(gen, prepare, update, cfg.train.fixed_s, tokens, G,
-                                       straggler_rate(rnd.groups(), cfg.control.tau), rnd.measured_s))
+        rounds = (([rnd], G) for rnd, G in _controlled_rounds(cfg))
+    for i, (rnds, G) in enumerate(rounds):
+        gens = [_generation(cfg, lat, rnd, cfg.seed + i, pools) for rnd in rnds]
+        union = Round([q for rnd in rnds for q in rnd.requests])
+        prepare, update, tokens = _train_phases(cfg, union, G)
+        measured = sum(r.measured_s for r in rnds) if all(r.measured_s for r in rnds) else None
+        result.steps.append(StepResult(gens[0], prepare, update, cfg.train.fixed_s, tokens, G,
+                                       straggler_rate(union.groups(), cfg.control.tau), measured, gens[1:]))
     return result
+
+
+def _trace_steps(path: str):
+    """A run's rounds grouped by training step (a step's refill rounds belong to it), with G."""
+    steps: dict = {}
+    for rd in load_trace_rounds(path):
+        steps.setdefault(rd.meta.get("step"), []).append(rd)
+    for rnds in steps.values():
+        yield rnds, max((len(g) for rd in rnds for g in rd.groups()), default=1)
 
 
 def _controlled_rounds(cfg: SimConfig):

@@ -122,7 +122,8 @@ def test_pat_switches_when_the_tail_pays_and_conserves_requests():
     lat = Linear(a=1e-2, b=1e-3, c=0.0, p=1e-5, scale={1: 1.0, 4: 1 / 3})
     m, g = MODELS["llama3.1-8b"], gpu("h100")
     reqs = [Req(i, 0, 8, 2000 if i == 0 else 20) for i in range(8)]
-    pol = [PatPolicy(lat, m, g, 4, (1, 4), 2000, group_init_s=0.0, recapture_s=0.01, pool={1})]
+    pol = [PatPolicy.for_hardware(lat, m, g, 0.7, node_gpus=4, tp_options=(1, 4), max_len=2000, group_init_s=0.0,
+                                  recapture_s=0.01, pool={1})]
     static = GenerationSim(reqs, lat, 1, 4, 4).run()
     pat = GenerationSim(reqs, lat, 1, 4, 4, pat=pol, pat_interval=0.05).run()
     assert len(pat.switches) == 1 and pat.switches[0]["to"] == 4
@@ -130,18 +131,58 @@ def test_pat_switches_when_the_tail_pays_and_conserves_requests():
     assert all(not math.isnan(f) for f in pat.finish) and len(pat.finish) == 8
     # when the bigger TP degree is slower, the controller never switches
     slow = Linear(a=1e-2, b=1e-3, c=0.0, scale={1: 1.0, 4: 2.0})
-    pol = [PatPolicy(slow, m, g, 4, (1, 4), 2000, pool={1})]
+    pol = [PatPolicy.for_hardware(slow, m, g, 0.7, node_gpus=4, tp_options=(1, 4), max_len=2000, pool={1})]
     assert GenerationSim(reqs, slow, 1, 4, 4, pat=pol, pat_interval=0.05).run().switches == []
 
 
 def test_switch_cost_picks_the_cheaper_kv_path():
     m, g = MODELS["llama3.1-8b"], gpu("h100")
     cheap_prefill = Linear(p=1e-12)
-    pol = PatPolicy(cheap_prefill, m, g, 8, (2, 8), 4096, pool={2})
+    pol = PatPolicy.for_hardware(cheap_prefill, m, g, 0.7, node_gpus=8, tp_options=(2, 8), max_len=4096, pool={2})
     assert pol.switch_cost(2, 8, [4000] * 4).kv_path == "recompute"
     pricey_prefill = Linear(p=1.0)
-    pol = PatPolicy(pricey_prefill, m, g, 8, (2, 8), 4096, pool={2, 8})
+    pol = PatPolicy.for_hardware(pricey_prefill, m, g, 0.7, node_gpus=8, tp_options=(2, 8), max_len=4096, pool={2, 8})
     cost = pol.switch_cost(2, 8, [4000] * 4)
     assert cost.kv_path == "migrate" and cost.groups_s == 0.0
     assert cost.kv_s == pytest.approx(16000 * m.kv_bytes_per_token / 2 / (g.link_gbps * 1e9 * 0.7))
     assert cost.weights_s == pytest.approx(m.weight_bytes * 0.5 / (g.link_gbps * 1e9 * 0.7))
+
+
+def _invariants(res, reqs):
+    assert len(res.finish) == len(reqs) and all(not math.isnan(f) and f <= res.gen_s for f in res.finish)
+    assert 0.0 <= res.bubble_frac <= 1.0  # busy GPU-seconds never exceed the cluster's
+
+
+@pytest.mark.parametrize("prefill_s", [1e-5, 1e-3])
+def test_pat_with_prefills_in_flight_at_ticks(prefill_s):
+    """A tick landing during a long prefill neither stops the controller nor strands the prefilling
+    replica (its requests move with the others)."""
+    lat = Linear(a=1e-2, b=1e-3, c=0.0, p=prefill_s, scale={1: 1.0, 2: 0.4})
+    m, g = MODELS["llama3.1-8b"], gpu("h100")
+    reqs = [Req(i, 0, 400, 3000 if i < 2 else 30) for i in range(12)]
+    pol = [PatPolicy.for_hardware(lat, m, g, 0.7, node_gpus=2, tp_options=(1, 2), max_len=3000, group_init_s=0.0,
+                                  recapture_s=0.0, pool={1})]
+    res = GenerationSim(reqs, lat, 1, 2, 2, max_batch=4, pat=pol, pat_interval=0.05).run()
+    assert len(res.switches) == 1
+    _invariants(res, reqs)
+
+
+def test_switch_respects_max_batch_and_multi_node_pat():
+    lat = Linear(a=1e-2, b=1e-3, c=0.0, scale={1: 1.0, 2: 0.3})
+    m, g = MODELS["llama3.1-8b"], gpu("h100")
+    reqs = [Req(i, 0, 4, 400) for i in range(16)]
+    pols = [PatPolicy.for_hardware(lat, m, g, 0.7, node_gpus=2, tp_options=(1, 2), max_len=400, group_init_s=0.0,
+                                   recapture_s=0.0, pool={1}) for _ in range(2)]
+    sim = GenerationSim(reqs, lat, 1, 4, 2, max_batch=3, pat=pols, pat_interval=0.02)
+    res = sim.run()
+    assert {sw["node"] for sw in res.switches} == {0, 1}  # each node switches on its own
+    assert max(b for _, _, _, b in res.timeline) <= 3
+    _invariants(res, reqs)
+
+
+def test_replicas_get_balanced_contiguous_shards():
+    lat = Linear()
+    sim = GenerationSim([Req(i, 0, 4, 10) for i in range(12)], lat, 1, 8, 8)
+    assert sorted(len(r.waiting) for r in sim.replicas) == [1, 1, 1, 1, 2, 2, 2, 2]
+    with pytest.raises(ValueError):
+        GenerationSim([Req(0, 0, 4, 10)], lat, 8, 8, 8, draft_gpus=1)

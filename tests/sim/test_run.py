@@ -69,3 +69,25 @@ def test_pat_h100_calibration_holds():
 def test_bundled_configs_load(name):
     c = cfg(path=resolve_config(name))
     assert len(variants(c)) >= 2
+
+
+def test_trace_refill_rounds_belong_to_their_step(tmp_path):
+    import json
+
+    def rd(t_end, uid):
+        return {"t_end": t_end, "requests": [[uid, i, 5, 20 + i, "stop", 0.0, t_end] for i in range(4)], "steps": []}
+
+    f = tmp_path / "traces.jsonl"
+    f.write_text(json.dumps({"step": 1, "rounds": [rd(0.5, 0), rd(0.25, 1)]}) + "\n"
+                 + json.dumps({"step": 2, "rounds": [rd(0.4, 2)]}) + "\n")
+    r = simulate(cfg(f"workload.trace={f}", "model=qwen2.5-0.5b"))
+    assert len(r.steps) == 2 and len(r.steps[0].refills) == 1
+    assert r.steps[0].measured_gen_s == pytest.approx(0.75)
+    assert r.steps[0].gen_s == pytest.approx(r.steps[0].gen.gen_s + r.steps[0].refills[0].gen_s)
+
+
+def test_placement_errors():
+    with pytest.raises(UserError, match="whole nodes"):
+        simulate(cfg(*SMALL, "cluster.num_gpus=12", "cluster.node_gpus=8"))
+    with pytest.raises(UserError, match="draft_gpus"):
+        simulate(cfg(*SMALL, "cluster.tp=2", "spec.mode=decoupled", "spec.draft_gpus=1"))
