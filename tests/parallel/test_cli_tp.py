@@ -49,3 +49,25 @@ def test_layout_errors_are_one_line(model_dir, tmp_path, capsys):
     assert main(["profile", "tp", "--model", str(model_dir), "--world", "2", "--tps", "3"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 4 and "Traceback" not in err
+
+
+def test_torchrun_launch_matches_single_process(model_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "Hello"}\n{"prompt": "2+3?"}\n')
+    common = ["--model", str(model_dir), "--prompts", str(prompts), "--max-new-tokens", "20", "--ignore-eos"]
+    single = tmp_path / "single.jsonl"
+    assert main(["generate", *common, "--n", "2", "--out", str(single)]) == 0
+    out = tmp_path / "tr.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                        "tailrl.parallel.torchrun", *common, "--samples", "2", "--switch", "tp2@3:recompute",
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "TP1/DP2 -> TP2/DP1" in r.stderr
+    key = lambda rows: [(x["prompt_index"], x["sample_index"], x["token_ids"]) for x in rows]  # noqa: E731
+    load = lambda p: [json.loads(x) for x in p.read_text().splitlines()]  # noqa: E731
+    assert key(load(out)) == key(load(single))
