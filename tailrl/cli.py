@@ -33,7 +33,8 @@ def _add_generate(sub) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (ranks spawned on this machine: tp x dp)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     p.add_argument("--switch", default="off", metavar="off|auto|tpN@STEP[:migrate|recompute]",
-                   help="change the TP/DP layout mid-rollout: PAT's controller (auto) or forced")
+                   help="change the TP/DP layout mid-rollout: PAT's controller (auto) or forced (at the first "
+                        "controller meeting, every 8 engine steps, at or after STEP)")
     p.add_argument("--tp-profile", help="latency profile from `tailrl profile tp` (for --switch auto)")
     p.add_argument("--switch-kv", default="auto", choices=["auto", "migrate", "recompute"],
                    help="how --switch auto moves unfinished requests (auto: the cost model picks)")
@@ -92,7 +93,10 @@ def _generate_parallel(a, model, tok, rows, params, engine_cfg):
     if a.tp_profile:
         if not Path(a.tp_profile).is_file():
             raise UserError(f"latency profile not found: {a.tp_profile}")
-        profile = json.loads(Path(a.tp_profile).read_text())
+        try:
+            profile = json.loads(Path(a.tp_profile).read_text())
+        except json.JSONDecodeError as e:
+            raise UserError(f"latency profile {a.tp_profile} is not JSON: {e}") from None
     check_layout(model.args, a.tp, a.dp, switch, profile)
     requests = [Request(r.token_ids, uid=r.index, n=a.n, params=params, error=r.error) for r in rows]
     res, trace = run_parallel_generate(a.model, requests, engine_cfg, a.tp, a.dp, switch, profile,

@@ -205,10 +205,14 @@ class Engine:
         seq.seq_id = self._next_seq
         self._next_seq += 1
         seq.num_cached = 0
+        sch = self.scheduler
+        if kv is not None and (len(sch.running) >= sch.max_batch_size
+                               or not self.cache.can_ensure(seq.seq_id, 0, kv.shape[2] + 1)):
+            kv = None  # no room to run it now: it waits and is recomputed when admitted
         if kv is not None:
             self.cache.write(seq.seq_id, kv)
             seq.num_cached = kv.shape[2]
-        self.scheduler.adopt(seq, cached=kv is not None)
+        sch.adopt(seq, cached=kv is not None)
 
     # -- results --------------------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: str, error: str | None = None) -> None:

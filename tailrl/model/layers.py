@@ -153,7 +153,8 @@ def vocab_shard(vocab: int, tp: TPContext) -> tuple[int, int, int]:
 
 def _load_vocab_rows(param: nn.Parameter, full: torch.Tensor, start: int, valid: int) -> None:
     param.data.zero_()
-    param.data.narrow(0, 0, valid).copy_(full.narrow(0, start, valid))
+    if valid:  # a last rank may hold padding rows only
+        param.data.narrow(0, 0, valid).copy_(full.narrow(0, start, valid))
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -1,6 +1,7 @@
-"""Processes and process groups. `spawn(fn, world)` starts `world` ranks on this machine (gloo on CPU,
-NCCL when CUDA is there) — the same code runs under `torchrun`, where `init_from_env()` joins the
-launched group. `GroupPool` creates a TP group the first time a layout needs it and reuses it after
+"""Processes and process groups. `spawn(fn, world)` starts `world` ranks on this machine — the same
+code runs under `torchrun`, where `init_from_env()` joins the launched group. The backend is gloo and
+the models live on the CPU: the GPU path (NCCL, one device per rank) is not built yet.
+`GroupPool` creates a TP group the first time a layout needs it and reuses it after
 (PAT §4.3: communicators are created lazily and kept; every rank must ask for groups in the same
 order, which holds because all ranks run the same control flow)."""
 
@@ -16,9 +17,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tailrl.errors import UserError
+
 
 def backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    return "gloo"  # CPU tensors only (see the module docstring)
 
 
 def init_from_env() -> tuple[int, int]:
@@ -41,6 +44,10 @@ def _entry(rank: int, world: int, port: int, result_dir: str, fn: Callable, args
     try:
         out = fn(rank, world, *args)
         torch.save(out, os.path.join(result_dir, f"rank{rank}.pt"))
+    except UserError as e:  # a mistake the user can fix: one line in the parent, not a traceback
+        with open(os.path.join(result_dir, f"rank{rank}.usererr"), "w") as f:
+            f.write(str(e))
+        raise
     except BaseException:
         with open(os.path.join(result_dir, f"rank{rank}.err"), "w") as f:
             f.write(traceback.format_exc())
@@ -56,6 +63,9 @@ def spawn(fn: Callable, world: int, *args) -> list:
         try:
             mp.spawn(_entry, args=(world, _free_port(), d, fn, args), nprocs=world, join=True)
         except Exception as e:  # mp reports the first failure; show the rank's own traceback
+            user = [open(os.path.join(d, f)).read() for f in sorted(os.listdir(d)) if f.endswith(".usererr")]
+            if user:
+                raise UserError(user[0]) from None
             errs = [open(os.path.join(d, f)).read() for f in sorted(os.listdir(d)) if f.endswith(".err")]
             raise RuntimeError("a rank failed:\n" + (errs[0] if errs else str(e))) from None
         return [torch.load(os.path.join(d, f"rank{r}.pt"), weights_only=False) for r in range(world)]

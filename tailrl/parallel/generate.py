@@ -27,7 +27,7 @@ class SwitchSpec:
         try:
             target, rest = text.split("@")
             at, path = (rest.split(":") + ["migrate"])[:2]
-            if not target.startswith("tp") or path not in ("migrate", "recompute"):
+            if not target.startswith("tp") or path not in ("migrate", "recompute") or int(target[2:]) < 1 or int(at) < 1:
                 raise ValueError
             return cls("forced", int(target[2:]), int(at), path)
         except ValueError:
@@ -59,13 +59,18 @@ def check_layout(args, tp: int, dp: int, switch: SwitchSpec, profile: dict | Non
     if tp < 1 or dp < 1:
         raise UserError(f"--tp and --dp must be >= 1, got {tp} and {dp}")
     tps = [tp] + ([switch.to_tp] if switch.mode == "forced" else [])
-    tps += [int(t) for t in (profile or {}).get("decode", {})] if switch.mode == "auto" else []
-    for t in tps:
-        if world % t or args.num_heads % t or args.num_kv_heads % t:
-            raise UserError(f"TP={t} must divide the world ({world}) and the model's heads "
-                            f"({args.num_heads} query, {args.num_kv_heads} KV)")
+    tps += [int(t) for t in (profile or {}).get("decode", {})] if switch.mode == "auto" and profile else []
     if switch.mode == "auto" and not profile:
         raise UserError("--switch auto needs a latency profile: --tp-profile PATH (make one with `tailrl profile tp`)")
+    if profile is not None:
+        missing = [k for k in ("decode", "prefill", "bandwidth") if k not in profile]
+        if missing:
+            raise UserError(f"latency profile lacks {', '.join(missing)} (make one with `tailrl profile tp`)")
+        tps = [t for t in tps if world % t == 0] if switch.mode == "auto" else tps  # the controller skips the rest
+    for t in tps:
+        if world % t or args.num_heads % t or args.num_kv_heads % t or args.intermediate_size % t:
+            raise UserError(f"TP={t} must divide the world ({world}) and the model's heads "
+                            f"({args.num_heads} query, {args.num_kv_heads} KV) and MLP width ({args.intermediate_size})")
 
 
 def run_parallel_generate(model_path: str, requests: list, engine_cfg, tp: int, dp: int, switch: SwitchSpec,

@@ -8,8 +8,10 @@ every rank — may order a switch. A switch:
 
   1. creates or reuses the new layout's TP groups (GroupPool),
   2. takes the unfinished sequences out of the engines; with the KV path, their K/V is all-gathered
-     over the old TP group (full heads), then shared world-wide and sliced for the new ranks; with the
-     recompute path only the tokens move and the new engine re-prefills prompt + generated tokens,
+     over the old TP group (full heads), then shared world-wide (every rank receives all of it: simple,
+     not volume-optimal) and each new rank keeps its heads of its requests; with the recompute path
+     only the tokens move and the new engine re-prefills prompt + generated tokens (so does a migrated
+     request that finds no room in its new engine),
   3. reshards the weights layer by layer (all-gather over the old group + slice, tailrl/parallel/shard.py),
   4. spreads the sequences over the new replicas and continues.
 
@@ -108,9 +110,11 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
     """Run `requests` (engine Requests) over `layout`; see the module docstring. Collective."""
     if engine_cfg.spec.method != "none":
         raise ValueError("speculation inside a TP/DP-switching rollout is not supported")
+    dist.barrier()  # one start for every rank's clock
     t0 = time.perf_counter()
     pool = GroupPool()
     rep = _Replica(layout, rank, pool, lambda tp: sharded(args, tensors, tp), engine_cfg, eos_ids, t0)
+    tensors.clear()  # consumed: from here on a rank holds only its shards
     share = [r for i, r in enumerate(requests) if i % layout.dp == layout.replica_of(rank)]
     for r in share:
         rep.engine.add(r)
@@ -132,12 +136,14 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
             continue
         mine = [(len(s.tokens), s.num_generated) for s in eng.scheduler.running + list(eng.scheduler.waiting)]
         everyone = [None] * world
-        dist.all_gather_object(everyone, (rep.leader, mine))  # collective: the world's unfinished work
-        per_replica = [m for lead, m in everyone if lead]
+        dist.all_gather_object(everyone, (rep.leader, mine, time.perf_counter() - t0))  # collective: the world's work
+        per_replica = [m for lead, m, _ in everyone if lead]
         if not any(per_replica):
             break
-        choice = decide(it, time.perf_counter() - t0, rep.layout, per_replica) if decide else None
+        # every rank decides on the same inputs (rank 0's clock included), so all switch or none do
+        choice = decide(it, everyone[0][2], rep.layout, per_replica) if decide else None
         if choice is not None and choice[0] != rep.layout:
+            del eng  # the old engine (and its KV pool) goes with the old replica
             rep, event = _switch(rep, rank, world, pool, choice[0], choice[1], engine_cfg, eos_ids, t0, it)
             event.info = choice[2]
             switches.append(event)
@@ -163,6 +169,7 @@ def _switch(rep: _Replica, rank: int, world: int, pool: GroupPool, new: Layout, 
     everyone = [None] * world
     dist.all_gather_object(everyone, moved if rep.leader else [])  # collective: sequences (+ K/V) to all
     pool_seqs = sorted((x for part in everyone for x in part), key=lambda x: (x[0].request.uid, x[0].sample_index))
+    del exported, moved, everyone
     timing = {}
 
     def build(tp):

@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model, tok = load(a.model)
         switch = SwitchSpec.parse(a.switch, a.switch_kv)
-        profile = json.loads(open(a.tp_profile).read()) if a.tp_profile else None
+        try:
+            profile = json.loads(open(a.tp_profile).read()) if a.tp_profile else None
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"cannot read the latency profile {a.tp_profile}: {e}") from None
         check_layout(model.args, a.tp, world // a.tp if world % a.tp == 0 else 0, switch, profile)
         rows = read_prompts(a.prompts, tok)
         params = SamplingParams(temperature=a.temperature, max_new_tokens=a.max_new_tokens, seed=a.seed,

@@ -36,7 +36,7 @@ def _ranks(rank, world, folder):
 
 
 def test_tp2_logits_equal_tp1_and_reshard_round_trips(tmp_path):
-    folder = make_model_dir(tmp_path / "m", vocab_pad=None) if False else make_model_dir(tmp_path / "m")
+    folder = make_model_dir(tmp_path / "m")  # a 103-token vocabulary: TP=2 pads the last rank
     args, tensors = _load(folder)
     ref = sharded(args, tensors, NO_TP)
     with torch.no_grad():
@@ -46,6 +46,24 @@ def test_tp2_logits_equal_tp1_and_reshard_round_trips(tmp_path):
         assert (tp2 - want).abs().max() <= 1e-5
         assert (tp1 - want).abs().max() <= 1e-5
         assert (tp2b - want).abs().max() <= 1e-5
-        assert full.keys() == dict(tensors).keys() - {"lm_head.weight"} or full.keys() == dict(tensors).keys()
+        assert full.keys() == dict(tensors).keys()
         assert all(torch.equal(full[k], dict(tensors)[k]) for k in full)
         assert n < sum(p.numel() for p in ref.parameters())  # each rank holds a shard
+
+
+class _Rank:
+    def __init__(self, rank, size):
+        self.rank, self.size, self.group = rank, size, None
+
+
+def test_vocab_padding_when_a_rank_holds_only_padding():
+    from tailrl.model.layers import VocabParallelEmbedding, vocab_shard
+
+    full = torch.arange(5 * 3, dtype=torch.float32).view(5, 3)
+    rows = []
+    for r in range(4):  # vocab 5 over 4 ranks: 2 rows each, the last rank starts past the end
+        emb = VocabParallelEmbedding(5, 3, _Rank(r, 4))
+        emb.weight_loader(emb.weight, full)
+        rows.append(emb.weight.data)
+    assert vocab_shard(5, _Rank(3, 4)) == (2, 6, 0)
+    assert torch.equal(torch.cat(rows)[:5], full) and not torch.cat(rows)[5:].any()
