@@ -67,3 +67,18 @@ def test_vocab_padding_when_a_rank_holds_only_padding():
         rows.append(emb.weight.data)
     assert vocab_shard(5, _Rank(3, 4)) == (2, 6, 0)
     assert torch.equal(torch.cat(rows)[:5], full) and not torch.cat(rows)[5:].any()
+
+
+def _user_mistake(rank, world):
+    from tailrl.errors import UserError
+
+    raise UserError(f"rank {rank}: bad input")
+
+
+def test_a_user_error_inside_a_rank_stays_one_line():
+    import pytest
+
+    from tailrl.errors import UserError
+
+    with pytest.raises(UserError, match="bad input"):
+        spawn(_user_mistake, 2)
