@@ -121,7 +121,8 @@ def _generation(cfg: SimConfig, lat, rnd: Round, seed: int, pat_pools: list[set]
     if cfg.spec.mode != "none":
         draft = None if cfg.spec.draft_model == "ngram" else Roofline(gpu_preset(c.gpu), model_spec(cfg.spec.draft_model),
                                                                       overheads(cfg))
-        spec = SpecModel(cfg.spec.mode, lat, draft, cfg.spec.w_max)
+        draft_tp = cfg.spec.draft_gpus if cfg.spec.mode == "decoupled" else 1  # coupled: a replicated small drafter
+        spec = SpecModel(cfg.spec.mode, lat, draft, cfg.spec.w_max, max(draft_tp, 1))
     pats = None
     if cfg.pat.enabled:
         nodes = max(c.num_gpus // n, 1)

@@ -45,7 +45,10 @@ class SpecModel:
         """Seconds for one iteration with window w (w = 0: a plain decode step)."""
         if w == 0:
             return self.target.decode(tp, batch, ctx)
-        d = 0.0 if self.draft is None else w * self.draft.decode(self.draft_tp, batch * paths, ctx * paths)
+        # decoupled Best-of-N: each extra path is drafted by a lent drafter, in parallel with the others;
+        # coupled: the replica's own GPUs draft every path, one after the other
+        drafted = batch if self.mode == "decoupled" else batch * paths
+        d = 0.0 if self.draft is None else w * self.draft.decode(self.draft_tp, drafted, ctx * drafted / batch)
         v = self.target.forward(tp, batch, batch * (paths * w + 1), ctx)
         return self.combine(d, v)
 
