@@ -109,5 +109,5 @@ def run_demo(out_dir: str | None, overrides: list[str]) -> int:
     console.print(f"held-out accuracy {summary['accuracy_before']:.1%} -> {summary['accuracy_after']:.1%} | "
                   f"straggler rate {summary['straggler_rate_first_step']:.2f} -> {summary['straggler_rate_last_step']:.2f} | "
                   f"{summary['wall_s']:.0f}s")
-    console.print(f"run directory: {run_dir} (config.yaml, metrics.jsonl, tensorboard/, checkpoints/, report.png, summary.json)")
+    console.print(f"run directory: {run_dir} (config.yaml, metrics.jsonl, traces.jsonl, tensorboard/, checkpoints/, report.png, summary.json)")
     return 0

@@ -141,6 +141,8 @@ def _generation(cfg: SimConfig, lat, rnd: Round, seed: int, pat_pools: list[set]
 
 
 def _train_phases(cfg: SimConfig, rnd: Round, group_size: int) -> tuple[float, float, int]:
+    if cfg.latency.profile:  # a measured engine profile prices generation only (no GPU preset, no model preset)
+        return 0.0, 0.0, sum(r.out_len for r in rnd.requests)
     g, m = gpu_preset(cfg.cluster.gpu), model_spec(cfg.model)
     tokens = sum(r.prompt_len + r.out_len for r in rnd.requests)
     flops = cfg.cluster.num_gpus * g.tflops * 1e12 * cfg.train.mfu
