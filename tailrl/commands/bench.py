@@ -1,0 +1,102 @@
+"""`tailrl bench ...`: side-by-side benchmarks (ratios measured in one run). Each subcommand checks its
+arguments in one line and hands over to tailrl/bench/<name>.py."""
+
+from __future__ import annotations
+
+from tailrl.errors import UserError
+
+
+def add(sub) -> None:
+    p = sub.add_parser("bench", help="side-by-side benchmarks (ratios measured in one run)")
+    bs = p.add_subparsers(dest="bench", required=True)
+    q = bs.add_parser("pods", help="GRPO (m per prompt) vs GRPO-PODS (n = ratio*m generated, m trained) on the demo task")
+    q.set_defaults(run=pods)
+    q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
+    q.add_argument("--m", type=int, default=4, help="rollouts trained per prompt")
+    q.add_argument("--ratio", type=int, default=4, help="n / m")
+    q.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    q.add_argument("--budget-s", type=float, default=90.0, help="training-time budget per run")
+    q.add_argument("--no-rules", action="store_true", help="skip the max_reward / random side runs")
+    q.add_argument("--out-dir", default="runs/bench-pods")
+    q = bs.add_parser("sagc", help="static G in {4, 8, 16} vs SAGC on the demo task, same prompt budget and B")
+    q.set_defaults(run=sagc)
+    q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
+    q.add_argument("--batch", type=int, default=128, help="effective batch B = prompts x G per step")
+    q.add_argument("--prompt-budget", type=int, default=1600, help="prompts drawn per run (same for every method)")
+    q.add_argument("--candidates", type=int, nargs="+", default=[4, 8, 16])
+    q.add_argument("--start-g", type=int, default=None, help="SAGC's first G (default: the middle candidate)")
+    q.add_argument("--sagc", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="overrides for the SAGC run only, e.g. control.delta=0.15")
+    q.add_argument("--out-dir", default="runs/bench-sagc")
+    q = bs.add_parser("spec", help="speculation off vs on, same engine and requests (demo G=16, SmolLM2, large batch)")
+    q.set_defaults(run=spec)
+    q.add_argument("--workloads", nargs="+", default=["demo", "large", "smollm2", "train"],
+                   choices=["demo", "large", "smollm2", "train"])
+    q.add_argument("--train-steps", type=int, default=10, help="steps of the in-training comparison")
+    q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
+    q.add_argument("--threads", type=int, default=2)
+    q.add_argument("--repeats", type=int, default=1)
+    q.add_argument("--out-dir", default="runs/bench-spec")
+    q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
+    q.set_defaults(run=tp)
+    q.add_argument("--requests", type=int, default=32)
+    q.add_argument("--long-every", type=int, default=16, help="every k-th request is long")
+    q.add_argument("--long", type=int, default=192, help="tokens of a long request (short ones: 8-40)")
+    q.add_argument("--switch-at", type=int, default=24, help="engine step of the forced switches")
+    q.add_argument("--out-dir", default="runs/bench-tp")
+    q = bs.add_parser("sim", help="simulator vs the papers' numbers (calibration) and vs tailrl's own measured rollouts")
+    q.set_defaults(run=sim)
+    q.add_argument("--replay-steps", type=int, default=8, help="demo training steps whose rollouts are replayed")
+    q.add_argument("--trace", help="replay this run folder's traces.jsonl instead of training")
+    q.add_argument("--profile", help="use this engine profile instead of profiling now")
+    q.add_argument("--no-calibration", action="store_true")
+    q.add_argument("--no-replay", action="store_true")
+    q.add_argument("--out-dir", default="runs/bench-sim")
+
+
+def pods(a) -> int:
+    from tailrl.bench.pods import run_pods_bench
+
+    if a.m < 2 or a.ratio < 1 or a.prompts < 1 or a.budget_s <= 0:
+        raise UserError("need --m >= 2, --ratio >= 1, --prompts >= 1, --budget-s > 0")
+    run_pods_bench(a.out_dir, a.m, a.ratio, a.prompts, a.budget_s, not a.no_rules, a.overrides)
+    return 0
+
+
+def sagc(a) -> int:
+    from tailrl.bench.sagc import run_sagc_bench
+
+    bad = [g for g in a.candidates if g < 2 or a.batch % g]
+    if not a.candidates or bad:
+        raise UserError(f"--candidates must be group sizes >= 2 dividing --batch {a.batch}; bad: {bad}")
+    if a.prompt_budget < max(a.batch // g for g in a.candidates):
+        raise UserError("--prompt-budget must cover at least one step of every run")
+    if a.start_g is not None and a.start_g not in a.candidates:
+        raise UserError(f"--start-g {a.start_g} is not one of --candidates {a.candidates}")
+    run_sagc_bench(a.out_dir, a.batch, a.prompt_budget, a.candidates, a.start_g, a.overrides, a.sagc)
+    return 0
+
+
+def spec(a) -> int:
+    from tailrl.bench.spec import run_spec_bench
+
+    run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
+    return 0
+
+
+def tp(a) -> int:
+    from tailrl.bench.tp import run_tp_bench
+
+    if a.requests < 2 or a.long_every < 1 or a.long < 41 or a.switch_at < 1:
+        raise UserError("need --requests >= 2, --long-every >= 1, --long > 40, --switch-at >= 1")
+    print(run_tp_bench(a.out_dir, a.requests, a.long_every, a.long, a.switch_at))
+    return 0
+
+
+def sim(a) -> int:
+    from tailrl.bench.sim import run_sim_bench
+
+    if a.replay_steps < 1:
+        raise UserError("--replay-steps must be >= 1")
+    print(run_sim_bench(a.out_dir, a.replay_steps, a.trace, a.profile, not a.no_calibration, not a.no_replay))
+    return 0

@@ -1,0 +1,104 @@
+"""`tailrl profile ...`: offline profiles — the draft ladder (speculation), the engine's latency table
+(`tailrl simulate`), and PAT's per-TP-degree table (`tailrl generate --switch auto`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tailrl.errors import UserError
+
+
+def add(sub) -> None:
+    p = sub.add_parser("profile", help="offline profiles used by the engine")
+    ps = p.add_subparsers(dest="profile", required=True)
+    q = ps.add_parser("ladder", help="draft ladder: speed-up of each drafter vs acceptance rate (random accept/reject)")
+    q.set_defaults(run=ladder)
+    q.add_argument("--model", required=True, help="target model (HF folder or known name; random weights are fine)")
+    q.add_argument("--draft", default="", help="draft model folder (adds the draft-model rung)")
+    q.add_argument("--k-max", type=int, default=8)
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    q.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.ladder=PATH)")
+    q = ps.add_parser("engine", help="decode / prefill latency of the engine on this machine (for tailrl simulate)")
+    q.set_defaults(run=engine)
+    q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
+    _grid_args(q, [1, 4, 16, 64, 128, 256], [16, 64, 192], 40)
+    q.add_argument("--out", default="engine_profile.json", help="profile JSON (use with latency.profile=PATH)")
+    q = ps.add_parser("tp", help="PAT's profiler: decode / prefill latency per TP degree, bandwidth, group creation")
+    q.set_defaults(run=tp)
+    q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
+    q.add_argument("--world", type=int, default=2, help="ranks spawned on this machine")
+    q.add_argument("--tps", type=int, nargs="+", default=None, help="TP degrees (default: every divisor of --world)")
+    _grid_args(q, [1, 4, 16, 64], [16, 128, 512], 24)
+    q.add_argument("--out", default="tp_profile.json", help="profile JSON (use with generate --tp-profile PATH)")
+
+
+def _grid_args(q, batches: list[int], contexts: list[int], steps: int) -> None:
+    q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE", help="engine option (as in generate)")
+    q.add_argument("--batches", type=int, nargs="+", default=batches)
+    q.add_argument("--contexts", type=int, nargs="+", default=contexts, help="prompt tokens per sequence")
+    q.add_argument("--steps", type=int, default=steps, help="decode steps timed per (batch, context)")
+
+
+def _grid(a):
+    """(engine config, sorted batches, sorted contexts) of a latency-grid command, checked."""
+    from tailrl.config import EngineConfig, load_config
+
+    if min(a.batches) < 1 or min(a.contexts) < 1 or a.steps < 9:
+        raise UserError("need batch sizes >= 1, contexts >= 1 and --steps >= 9")
+    return load_config(None, a.engine, cls=EngineConfig), tuple(sorted(a.batches)), tuple(sorted(a.contexts))
+
+
+def ladder(a) -> int:
+    import torch
+
+    from tailrl.config import EngineConfig, SpecConfig
+    from tailrl.engine import Engine
+    from tailrl.engine.spec.ladder import ALPHAS
+    from tailrl.engine.spec.profile import profile_ladder
+    from tailrl.model import load
+
+    if a.k_max < 1 or min(a.batches) < 1:
+        raise UserError("need --k-max >= 1 and batch sizes >= 1")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, _ = load(a.model, tokenizer=False)
+    spec = SpecConfig(method="auto", draft_model=a.draft, k_max=a.k_max)
+    eng = Engine(model, EngineConfig(kv_cache_tokens=max(a.batches) * (80 + a.k_max) * 2, spec=spec))
+    profile_ladder(eng, tuple(sorted(a.batches)), a.k_max, alphas=ALPHAS).save(a.out)
+    print(f"ladder: {a.out}")
+    return 0
+
+
+def engine(a) -> int:
+    from tailrl.engine import Engine
+    from tailrl.model import load
+    from tailrl.sim.profile import profile_engine, save_profile
+
+    cfg, batches, contexts = _grid(a)
+    model, _ = load(a.model, tokenizer=False)
+    prof = profile_engine(Engine(model, cfg), model.args.vocab_size, batches, contexts, a.steps,
+                          progress=lambda b, c: print(f"  batch {b:4d}  prompt {c:4d} tokens", flush=True))
+    save_profile(prof, a.out)
+    print(f"engine profile: {a.out}")
+    return 0
+
+
+def tp(a) -> int:
+    from tailrl.model import load
+    from tailrl.parallel.profile import profile_tp
+
+    tps = a.tps or [t for t in range(1, a.world + 1) if a.world % t == 0]
+    if a.world < 1 or any(t < 1 or a.world % t for t in tps):
+        raise UserError(f"every --tps degree must divide --world {a.world}; got {tps}")
+    cfg, batches, contexts = _grid(a)
+    args = load(a.model, tokenizer=False)[0].args  # resolves the model (and fails in one line) before spawning
+    bad = [t for t in tps if args.num_heads % t or args.num_kv_heads % t]
+    if bad:
+        raise UserError(f"TP={bad[0]} does not divide the model's heads ({args.num_heads} query, {args.num_kv_heads} KV)")
+    prof = profile_tp(a.model, a.world, tps, cfg, batches, contexts, a.steps)
+    Path(a.out).write_text(json.dumps(prof, indent=1))
+    print(f"TP profile ({', '.join(f'TP{t}' for t in tps)} on {a.world} ranks; all-gather "
+          f"{prof['bandwidth'] / 1e9:.2f} GB/s per rank): {a.out}")
+    return 0

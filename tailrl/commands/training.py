@@ -1,0 +1,109 @@
+"""`tailrl demo`, `tailrl train`, `tailrl eval`: the training job and its evaluation."""
+
+from __future__ import annotations
+
+from tailrl.errors import UserError
+
+
+def add(sub) -> None:
+    p = sub.add_parser("demo", help="the main job on the embedded default: warm-start + GRPO (no downloads)")
+    p.set_defaults(run=run_demo)
+    p.add_argument("overrides", nargs="*", help="dotted overrides of the demo config, e.g. train.total_steps=20")
+    p.add_argument("--out-dir", default=None, help="run directory (default runs/demo-<time>)")
+
+    p = sub.add_parser("train", help="GRPO / Dr.GRPO / DAPO training from a YAML config")
+    p.set_defaults(run=run_train)
+    p.add_argument("config", nargs="?", help="YAML config (optional with --resume)")
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.lr=1e-6 rollout.group_size=8")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    p.add_argument("--run-dir", help="run directory (default train.out_dir/train.run_name)")
+
+    p = sub.add_parser("eval", help="pass@k and mean length of a model on a dataset")
+    p.set_defaults(run=run_eval)
+    p.add_argument("config", help="YAML config (data, reward, rollout sections are used)")
+    p.add_argument("overrides", nargs="*")
+    p.add_argument("--model", help="HF folder / known name / run directory (default: model.path)")
+    p.add_argument("--samples", type=int, default=1, help="completions per prompt (pass@k for k <= samples)")
+    p.add_argument("--prompts", type=int, default=0, help="evaluate the first N prompts (0 = all)")
+    p.add_argument("--temperature", type=float, default=None, help="default: 0 (greedy) for 1 sample, else rollout's")
+    p.add_argument("--out", help="write the metrics as JSON")
+
+
+def run_demo(a) -> int:
+    from tailrl.demo.run import run_demo as demo
+
+    return demo(a.out_dir, a.overrides)
+
+
+def run_train(a) -> int:
+    from tailrl.config import load_config
+    from tailrl.train.console import StepDisplay
+    from tailrl.train.trainer import Trainer, resume_config, run_dir_for
+
+    overrides = list(a.overrides)
+    if a.resume:
+        if a.config and "=" in a.config:
+            overrides.insert(0, a.config)
+        elif a.config:
+            raise UserError("with --resume the config comes from the run directory; pass only overrides")
+        cfg, run_dir = resume_config(a.resume, overrides), a.resume
+    else:
+        if not a.config:
+            raise UserError("a config file is required (or --resume RUN_DIR)")
+        cfg = load_config(a.config, overrides)
+        run_dir = a.run_dir or run_dir_for(cfg)
+    trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.print(f"[bold]tailrl train[/bold] -> {trainer.run_dir}  (resolved config: {trainer.run_dir / 'config.yaml'})")
+    console.print((trainer.run_dir / "config.yaml").read_text().rstrip(), style="dim")
+    if trainer.step_idx:
+        console.print(f"resumed at step {trainer.step_idx} from {trainer.last_checkpoint}")
+    with StepDisplay(cfg.train.total_steps, trainer.step_idx, console) as display:
+        trainer.fit(on_step=display)
+    console.print(f"done: {trainer.step_idx} steps; checkpoint {trainer.last_checkpoint}; "
+                  f"metrics {trainer.run_dir / 'metrics.jsonl'}")
+    return 0
+
+
+def run_eval(a) -> int:
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from tailrl.config import load_config
+    from tailrl.data.datasets import encode_example, load_dataset
+    from tailrl.engine import SamplingParams
+    from tailrl.generate import build_engine
+    from tailrl.model import load
+    from tailrl.rewards import build_reward
+    from tailrl.train.checkpoint import latest_checkpoint
+    from tailrl.train.evaluate import evaluate
+
+    cfg = load_config(a.config, a.overrides)
+    ref = a.model or cfg.model.path
+    if ref and (Path(ref) / "checkpoints").is_dir():
+        ckpt = latest_checkpoint(ref)
+        if ckpt is None:
+            raise UserError(f"run directory {ref} has no complete checkpoint")
+        ref = str(ckpt / "model")
+    if not ref:
+        raise UserError("no model: pass --model or set model.path")
+    if a.samples < 1:
+        raise UserError("--samples must be >= 1")
+    model, tok = load(ref, dtype=cfg.model.dtype, device=cfg.model.device)
+    ds = load_dataset(cfg.data, cfg.data.eval_source or cfg.data.source)
+    examples = ds.examples[: a.prompts] if a.prompts else ds.examples
+    r = cfg.rollout
+    temp = a.temperature if a.temperature is not None else (0.0 if a.samples == 1 else r.temperature)
+    params = SamplingParams(temperature=temp, top_p=r.top_p, max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop)
+    engine = build_engine(model, tok, replace(cfg.engine))
+    ks = tuple(k for k in (1, 2, 4, 8, 16, 32) if k <= a.samples)
+    out = evaluate(engine, tok, examples, lambda ex: encode_example(ex, tok, cfg.data.chat_template),
+                   build_reward(cfg.reward), a.samples, params, ks)
+    for k, v in out.items():
+        print(f"{k:28s} {v:.4f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=2))
+    return 0
