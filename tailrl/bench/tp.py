@@ -28,20 +28,14 @@ def bench_model(folder: Path) -> Path:
     """A random-weight Llama (~78M parameters) as an HF folder, made once."""
     if (folder / "model.safetensors").is_file():
         return folder
-    from safetensors.torch import save_file
-
     from tailrl.model import ModelArgs
-    from tailrl.model.loading import build_model
-    from tailrl.model.weights import hf_state_dict, init_random
+    from tailrl.model.loading import build_model, save_hf
+    from tailrl.model.weights import init_random
 
     cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", max_position_embeddings=4096,
                rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
                bos_token_id=1, eos_token_id=2, torch_dtype="float32", **BENCH_MODEL)
-    model = init_random(build_model(ModelArgs.from_hf(cfg)), std=0.02, seed=0)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(cfg))
-    save_file({k: v.contiguous() for k, v in hf_state_dict(model).items()}, str(folder / "model.safetensors"))
-    return folder
+    return save_hf(init_random(build_model(ModelArgs.from_hf(cfg)), std=0.02, seed=0), folder, hf_config=cfg)
 
 
 def long_tailed_requests(n: int, long_every: int, short: tuple[int, int], long: int, seed: int = 0):

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Protocol
+
+
+def len_max_over_median(lengths: list[int]) -> float:
+    """max / median of one group's response lengths (median of >= 1 token)."""
+    return max(lengths) / max(statistics.median(lengths), 1.0)
+
+
+def straggler_event(lengths: list[int], tau: float) -> bool:
+    """A group straggles when its longest response exceeds tau x its median (SAGC's definition)."""
+    return len_max_over_median(lengths) > tau
 
 
 class GroupController(Protocol):
@@ -12,6 +23,9 @@ class GroupController(Protocol):
 
     def observe(self, group_lengths: list[list[int]]) -> None:
         """Response lengths of each group of the step just generated."""
+
+    def metrics(self) -> dict[str, float]:
+        """The controller's own metrics for this step (empty for a static G)."""
 
     def state_dict(self) -> dict:
         """JSON-able state for exact resume."""

@@ -28,14 +28,8 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 
-from tailrl.control.base import CONTROLLERS
-
-
-def straggler_event(lengths: list[int], tau: float) -> bool:
-    """max / median of one group's lengths (median floored at 1 token) exceeds tau."""
-    return max(lengths) / max(statistics.median(lengths), 1.0) > tau
+from tailrl.control.base import CONTROLLERS, straggler_event
 
 
 def monotone(draws: dict[int, float], candidates: list[int]) -> dict[int, float]:
@@ -104,8 +98,6 @@ class SAGCController:
         self.lam = 0.0
         self.alpha = {g: a0 for g in cands}
         self.beta = {g: b0 for g in cands}
-        self.steps = 0
-        self.last_rate = 0.0
         self._fresh = False  # an observation arrived since the last decision
         self._rng = random.Random(seed)
         gmax = cands[-1]
@@ -140,8 +132,6 @@ class SAGCController:
         self.beta[self.group_size] += len(events) - s
         rate = s / len(events)
         self.lam = min(max(self.lam + self.eta * (rate - self.delta), 0.0), self.lambda_max)
-        self.last_rate = rate
-        self.steps += 1
         self._fresh = True
 
     # -- metrics ----------------------------------------------------------------------------------
@@ -157,8 +147,7 @@ class SAGCController:
     def state_dict(self) -> dict:
         version, internal, gauss = self._rng.getstate()
         return {
-            "group_size": self.group_size, "lam": self.lam, "steps": self.steps,
-            "last_rate": self.last_rate, "fresh": self._fresh,
+            "group_size": self.group_size, "lam": self.lam, "fresh": self._fresh,
             "alpha": {str(g): v for g, v in self.alpha.items()},
             "beta": {str(g): v for g, v in self.beta.items()},
             "rng": [version, list(internal), gauss],
@@ -171,8 +160,7 @@ class SAGCController:
             raise ValueError(f"sagc: checkpoint candidates {sorted(alpha)} differ from configured {self.candidates}")
         self.alpha, self.beta = alpha, beta
         self.group_size = int(state["group_size"])
-        self.lam, self.steps = float(state["lam"]), int(state["steps"])
-        self.last_rate, self._fresh = float(state["last_rate"]), bool(state["fresh"])
+        self.lam, self._fresh = float(state["lam"]), bool(state["fresh"])
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
 

@@ -8,19 +8,21 @@ from tailrl.control.base import CONTROLLERS
 class StaticController:
     def __init__(self, group_size: int, **_):
         self.group_size = group_size
-        self.steps = 0
 
     def choose(self) -> int:
         return self.group_size
 
     def observe(self, group_lengths: list[list[int]]) -> None:
-        self.steps += 1
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
     def state_dict(self) -> dict:
-        return {"group_size": self.group_size, "steps": self.steps}
+        return {"group_size": self.group_size}
 
     def load_state_dict(self, state: dict) -> None:
-        self.group_size, self.steps = state["group_size"], state["steps"]
+        self.group_size = state["group_size"]
 
 
 CONTROLLERS["static"] = StaticController

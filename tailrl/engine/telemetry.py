@@ -16,6 +16,8 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tailrl.control.base import len_max_over_median, straggler_event
+
 
 @dataclass
 class StepRecord:
@@ -85,8 +87,8 @@ class RolloutTrace:
         return [len_max_over_median(v) for v in self.group_lengths().values() if len(v) >= 2]
 
     def straggler_rate(self) -> float:
-        ratios = self.len_max_over_median()
-        return sum(r > self.tau for r in ratios) / len(ratios) if ratios else 0.0
+        groups = [v for v in self.group_lengths().values() if len(v) >= 2]
+        return sum(straggler_event(v, self.tau) for v in groups) / len(groups) if groups else 0.0
 
     def tail_phase_frac(self) -> float:
         if not self.steps or self.t_end <= 0:
@@ -123,7 +125,3 @@ class RolloutTrace:
             "response_length/max": float(max(lengths)) if lengths else 0.0,
         }
 
-
-def len_max_over_median(lengths: list[int]) -> float:
-    """max / median of one group's response lengths (median of >= 1 token)."""
-    return max(lengths) / max(statistics.median(lengths), 1.0)

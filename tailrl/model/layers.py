@@ -29,6 +29,16 @@ class TPContext:
 NO_TP = TPContext()
 
 
+def gather_cat(t: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
+    """Every TP rank's shard of t concatenated along dim (collective over the TP group; identity at
+    size 1)."""
+    if tp.size == 1:
+        return t
+    parts = [torch.empty_like(t) for _ in range(tp.size)]
+    dist.all_gather(parts, t.contiguous(), group=tp.group)  # collective: shards -> full tensor
+    return torch.cat(parts, dim=dim)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -202,9 +212,7 @@ class ParallelLMHead(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h: (..., dim) -> logits (..., vocab)."""
         w = self.tied.weight if self.tied is not None else self.weight
-        logits = F.linear(h, w)  # (..., vocab / tp)
-        if self.tp.size > 1:
-            parts = [torch.empty_like(logits) for _ in range(self.tp.size)]
-            dist.all_gather(parts, logits.contiguous(), group=self.tp.group)  # collective: vocab slices
-            logits = torch.cat(parts, dim=-1)[..., : self.vocab]  # drop the last rank's padding rows
+        logits = gather_cat(F.linear(h, w), self.tp, -1)  # (..., vocab / tp) -> (..., padded vocab)
+        if self.shard * self.tp.size != self.vocab:
+            logits = logits[..., : self.vocab]  # drop the last rank's padding rows
         return logits

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from tailrl.errors import UserError
+from tailrl.model.layers import gather_cat
 
 # HF sub-module name -> (native fused name, shard id)
 _FUSED = {
@@ -79,17 +80,6 @@ def _owner(model: nn.Module, param_name: str) -> nn.Module:
     return model.get_submodule(param_name.rsplit(".", 1)[0])
 
 
-def _gather(t: torch.Tensor, tp, dim: int) -> torch.Tensor:
-    """Concatenate every TP rank's shard of t along dim (collective over the TP group)."""
-    if tp.size == 1:
-        return t
-    import torch.distributed as dist
-
-    parts = [torch.empty_like(t) for _ in range(tp.size)]
-    dist.all_gather(parts, t.contiguous(), group=tp.group)  # collective: shards -> full tensor
-    return torch.cat(parts, dim=dim)
-
-
 def full_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The model's weights under Hugging Face names, unfused and unsharded, one tensor at a time (so a
     consumer such as resharding holds at most one full tensor). With TP > 1 this is a collective: every
@@ -106,13 +96,13 @@ def full_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             _, idx, sub = mod.split(".", 2)
             if sub in inverse:  # column-parallel, fused: each part sharded on its own rows
                 for part, hf_mod in zip(t.split(owner.parts, dim=0), inverse[sub]):
-                    yield f"model.layers.{idx}.{hf_mod}.{kind}", _gather(part, tp, 0)
+                    yield f"model.layers.{idx}.{hf_mod}.{kind}", gather_cat(part, tp, 0)
                 continue
             if kind == "weight" and hasattr(owner, "in_shard"):  # row-parallel: input columns sharded
-                t = _gather(t, tp, 1)
+                t = gather_cat(t, tp, 1)
             yield f"model.{name}", t
         elif hasattr(owner, "vocab"):  # vocab-parallel rows, the last rank padded
-            full = _gather(t, tp, 0)[: owner.vocab]
+            full = gather_cat(t, tp, 0)[: owner.vocab]
             yield (name if name.startswith("lm_head.") else f"model.{name}"), full
         else:
             yield f"model.{name}", t

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from tailrl.engine import Engine
-from tailrl.model.layers import TPContext
+from tailrl.model.layers import TPContext, gather_cat
 from tailrl.parallel.dist import GroupPool
 from tailrl.parallel.layout import Layout
 from tailrl.parallel.shard import reshard, sharded
@@ -82,14 +82,6 @@ def _slice_heads(kv: torch.Tensor, tp: TPContext) -> torch.Tensor:
     """(2, L, n, H, d) full-head K/V -> this rank's heads."""
     h = kv.shape[3] // tp.size
     return kv.narrow(3, tp.rank * h, h).contiguous()
-
-
-def _gather_heads(kv: torch.Tensor, tp: TPContext) -> torch.Tensor:
-    if tp.size == 1:
-        return kv
-    parts = [torch.empty_like(kv) for _ in range(tp.size)]
-    dist.all_gather(parts, kv.contiguous(), group=tp.group)  # collective: head shards -> all heads
-    return torch.cat(parts, dim=3)
 
 
 class _Replica:
@@ -165,7 +157,8 @@ def _switch(rep: _Replica, rank: int, world: int, pool: GroupPool, new: Layout, 
     groups_s = time.perf_counter() - t
 
     exported = rep.engine.export_unfinished(with_kv=path == "migrate")
-    moved = [(seq, _gather_heads(kv, rep.tp) if kv is not None else None) for seq, kv in exported]
+    # collective over the old TP group: head shards -> all heads
+    moved = [(seq, gather_cat(kv, rep.tp, 3) if kv is not None else None) for seq, kv in exported]
     everyone = [None] * world
     dist.all_gather_object(everyone, moved if rep.leader else [])  # collective: sequences (+ K/V) to all
     pool_seqs = sorted((x for part in everyone for x in part), key=lambda x: (x[0].request.uid, x[0].sample_index))

@@ -71,10 +71,10 @@ class SimResult:
 
 
 def straggler_rate(groups: list[list[int]], tau: float) -> float:
-    from tailrl.engine.telemetry import len_max_over_median
+    from tailrl.control.base import straggler_event
 
     rated = [g for g in groups if len(g) >= 2]
-    return sum(len_max_over_median(g) > tau for g in rated) / len(rated) if rated else 0.0
+    return sum(straggler_event(g, tau) for g in rated) / len(rated) if rated else 0.0
 
 
 def latency_model(cfg: SimConfig):

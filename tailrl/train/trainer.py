@@ -135,8 +135,7 @@ class Trainer:
         self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
-        if hasattr(self.controller, "metrics"):
-            metrics |= {k: v for k, v in self.controller.metrics().items() if k != "sagc/group_size"}
+        metrics |= self.controller.metrics()  # its sagc/group_size is the G just chosen
         if m is not None:
             metrics |= pods_metrics(phase, G, m)
         t1 = time.perf_counter()
