@@ -75,7 +75,9 @@ def _filtered(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, need_k:
     if need_p:
         probs = sorted_x.masked_fill(remove, float("-inf")).softmax(-1)
         before = probs.cumsum(-1) - probs  # mass strictly above this token
-        remove |= before > top_p.float().unsqueeze(-1)
+        # rows without top-p are left alone: their float cumsum may pass 1.0 and must not cut the tail
+        # because another row of the batch uses top-p (a token must not depend on its batch)
+        remove |= (before > top_p.float().unsqueeze(-1)) & (top_p < 1).unsqueeze(-1)
     remove[:, 0] = False  # keep the most likely token always
     return x.scatter(-1, order, sorted_x.masked_fill(remove, float("-inf")))
 

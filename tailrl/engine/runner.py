@@ -38,11 +38,16 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
     ctx_slots = bt.gather(1, blk) * block_size + key_pos % block_size  # (B, L)
     ctx_slots = torch.where(key_valid, ctx_slots, torch.zeros_like(ctx_slots))
     t_idx = torch.arange(T)  # (T,)
-    positions = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T)
+    slot_pos = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T) where each new token's K/V is written
+    positions = slot_pos.clone()  # (B, T) the token's position in its sequence (rotary, window)
+    if tree_depth is not None:
+        for b, d in enumerate(tree_depth):
+            if d is not None:
+                positions[b, : len(d)] = starts[b] + torch.tensor(d, dtype=torch.long)
     q_valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)  # (B, T)
-    causal = key_pos.view(1, 1, L) <= positions.unsqueeze(-1)  # (B, T, L)
+    causal = key_pos.view(1, 1, L) <= slot_pos.unsqueeze(-1)  # (B, T, L); tree rows: replaced below
     mask = causal & key_valid.unsqueeze(1)
-    if sliding_window is not None:
+    if sliding_window is not None:  # from the sequence position, so a tree node sees what plain decoding would
         mask &= (positions.unsqueeze(-1) - key_pos.view(1, 1, L)) < sliding_window
     if tree_mask is not None:
         for b, tm in enumerate(tree_mask):
@@ -52,12 +57,8 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
     # padding queries attend to key 0 only, so softmax never sees an all-masked row
     mask = torch.where(q_valid.unsqueeze(-1), mask, key_pos.view(1, 1, L) == 0)
     flat_rows = (torch.arange(B).unsqueeze(1) * T + t_idx.unsqueeze(0))[q_valid]  # (N,)
-    write_slots = ctx_slots.gather(1, positions.clamp(max=L - 1))[q_valid]  # (N,)
+    write_slots = ctx_slots.gather(1, slot_pos.clamp(max=L - 1))[q_valid]  # (N,)
     positions = torch.where(q_valid, positions, torch.zeros_like(positions))
-    if tree_depth is not None:
-        for b, d in enumerate(tree_depth):
-            if d is not None:
-                positions[b, : len(d)] = starts[b] + torch.tensor(d, dtype=torch.long)
     meta = AttnMetadata(
         write_rows=flat_rows.to(device),
         write_slots=write_slots.to(device),

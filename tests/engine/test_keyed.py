@@ -81,3 +81,19 @@ def test_process_logits_filters():
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
     lp = process_logits(logits, torch.ones(1), torch.tensor([2]), torch.ones(1))
     assert torch.isinf(lp[0, 2:]).all() and torch.isfinite(lp[0, :2]).all()
+
+
+def test_top_p_off_row_is_not_filtered_by_its_batch():
+    """A row without top-p keeps its whole distribution even when another row of the batch uses top-p
+    (the float cumsum of a 152k vocabulary passes 1.0 before its tail)."""
+    from tailrl.engine.keyed import process_logits
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 152_000, generator=g) * 3
+    temp, top_k = torch.tensor([1.0, 1.0]), torch.tensor([0, 0])
+    alone = process_logits(logits[:1], temp[:1], top_k[:1], torch.tensor([1.0]))
+    batched = process_logits(logits, temp, top_k, torch.tensor([1.0, 0.5]))
+    assert torch.isfinite(alone).all()
+    assert torch.equal(torch.isfinite(batched[0]), torch.isfinite(alone[0]))
+    assert torch.allclose(batched[0], alone[0])
+

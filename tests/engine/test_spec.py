@@ -177,3 +177,20 @@ def test_measured_throughput_gate():
     for _ in range(3):  # the verdict expires after `remeasure_after` plain steps in the bucket
         sp.record("plain", 64, 64, 0.010)
     assert not sp.measured_slower(64)
+
+
+def test_tree_node_sees_the_window_of_its_sequence_position():
+    """Sliding window with a token tree: two nodes at the same depth attend the same context keys as
+    plain decoding at that position would (the window counts from start + depth, not from the slot)."""
+    from tailrl.engine.runner import build_metadata
+
+    start, window = 10, 8
+    # tree: chain [1, 2] and a sibling [3]: nodes (slot order) = root, d1, d2, e1 with depths 0, 1, 2, 1
+    depth = [0, 1, 2, 1]
+    tm = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]], dtype=torch.bool)
+    meta, pos = build_metadata([[0, 1]], [start], [4], 16, "cpu", window, [tm], [depth])
+    mask = meta.mask[0, 0]  # (T, L)
+    assert pos[0].tolist() == [10, 11, 12, 11]
+    assert torch.equal(mask[3, :start], mask[1, :start])  # same depth, same context window
+    plain = [(start + 1 - k) < window for k in range(start)]
+    assert mask[3, :start].tolist() == plain
