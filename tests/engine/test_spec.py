@@ -182,6 +182,8 @@ def test_measured_throughput_gate():
 def test_tree_node_sees_the_window_of_its_sequence_position():
     """Sliding window with a token tree: two nodes at the same depth attend the same context keys as
     plain decoding at that position would (the window counts from start + depth, not from the slot)."""
+    import torch
+
     from tailrl.engine.runner import build_metadata
 
     start, window = 10, 8
