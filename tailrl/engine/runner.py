@@ -75,25 +75,23 @@ class ModelRunner:
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
-    def forward(self, seq_ids: list[int], starts: list[int], tokens: list[list[int]], all_logits: bool = False,
+    def forward(self, seq_ids: list[int], starts: list[int], tokens: list[list[int]],
                 tree_mask: list | None = None, tree_depth: list | None = None,
                 logits_rows: list[list[int]] | None = None) -> torch.Tensor:
         """Run rows; K/V of the new tokens are written to their slots (blocks must be ensured).
-        Returns float logits (B, V) at each row's last new token, (B, T, V) when all_logits, or
-        (B, R, V) at the given token indices per row when logits_rows (padded by repeating the last)."""
+        Returns float logits (B, V) at each row's last new token, or (B, R, V) at the given token
+        indices per row when logits_rows (padded by repeating the last)."""
         lengths = [len(t) for t in tokens]
         T = max(lengths)
         ids = torch.tensor([t + [0] * (T - len(t)) for t in tokens], dtype=torch.long)  # (B, T)
         tables = [self.cache.tables[s] for s in seq_ids]
         meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
                                          self.model.args.sliding_window, tree_mask, tree_depth)
-        if all_logits:
-            rows = None
-        elif logits_rows is None:
+        if logits_rows is None:
             rows = [[n - 1] for n in lengths]  # each row's last new token
         else:
             R = max(len(r) for r in logits_rows)
             rows = [r + [r[-1]] * (R - len(r)) for r in logits_rows]
-        index = torch.tensor(rows).to(self.device) if rows is not None else None  # (B, R)
+        index = torch.tensor(rows).to(self.device)  # (B, R)
         logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv, logits_index=index)
-        return logits[:, 0].float() if not all_logits and logits_rows is None else logits.float()
+        return logits[:, 0].float() if logits_rows is None else logits.float()

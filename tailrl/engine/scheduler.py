@@ -76,8 +76,8 @@ class Scheduler:
     def start_running(self, seqs: list[Sequence]) -> None:
         self.running.extend(seqs)
 
-    def prepare_decode(self, n_new: dict[int, int] | None = None) -> tuple[list[Sequence], list[Sequence]]:
-        """Make KV room for each running sequence's next forward (its pending tokens, or n_new[seq_id]).
+    def prepare_decode(self) -> tuple[list[Sequence], list[Sequence]]:
+        """Make KV room for each running sequence's next forward (its pending tokens).
         Preempts the newest sequences when blocks run out. Returns (ready, impossible): `impossible`
         sequences cannot fit even alone and must be failed by the caller."""
         impossible: list[Sequence] = []
@@ -85,7 +85,7 @@ class Scheduler:
         for seq in sorted(self.running, key=lambda s: s.admitted_at):
             if seq.seq_id in preempted:
                 continue  # preempted below while making room for an older one
-            n = (n_new or {}).get(seq.seq_id, seq.pending)
+            n = seq.pending
             while not self.cache.can_ensure(seq.seq_id, seq.num_cached, n):
                 victim = max(self.running, key=lambda s: s.admitted_at)
                 if victim is seq and len(self.running) == 1:

@@ -80,6 +80,7 @@ class HistoryDrafter:
         self._recent: deque[list[int]] = deque(maxlen=global_size)  # generated tokens, any prompt
         self._fresh: list[list[int]] = []  # finished in this rollout, not yet in the global index
         self._global = self._build_global()
+        self._global_stale = True  # sources added since the global index last indexed them
         self._pools: dict[tuple[int, ...], NgramIndex] = {}
         self._member: set[int] = set()  # seq ids already in a pool
 
@@ -110,7 +111,9 @@ class HistoryDrafter:
             suffix = s.tokens[-self.max_n:]
             found = pool.propose(suffix, k, u)
             if not found:
-                self._global.refresh()  # incremental: only rollouts finished since the last refresh
+                if self._global_stale:  # its sources change only between rollouts
+                    self._global.refresh()
+                    self._global_stale = False
                 found = self._global.propose(suffix, k, u)
             out.append(found)
         return out
@@ -134,6 +137,7 @@ class HistoryDrafter:
         self._fresh.clear()
         if len(self._global.sources) > 2 * (self._recent.maxlen or 0):
             self._global = self._build_global()
+        self._global_stale = True
         # indexing is lazy (propose refreshes): while speculation stays off it costs nothing
 
 

@@ -76,7 +76,7 @@ def speculative_decode(engine, ready) -> None:
         if cand:
             spec.observe(s, cand, emitted[:-1], tree.source[path[-1]] if path else 0)
         base = s.num_cached + s.pending  # tokens whose K/V this forward completed (pending incl. root)
-        if not tree.is_chain:  # keep the path's K/V at consecutive positions
+        if path != list(range(1, len(path) + 1)):  # keep the path's K/V at consecutive positions
             cache.move(s.seq_id, [base - 1 + node for node in path], list(range(base, base + len(path))))
         s.num_cached = base + len(path)
         cache.truncate(s.seq_id, s.num_cached)

@@ -29,13 +29,12 @@ class TokenTree:
     def mask(self) -> torch.Tensor:
         """(n, n) bool: node i attends to node j iff j is i or an ancestor of i."""
         n = len(self.tokens)
-        m = torch.zeros(n, n, dtype=torch.bool)
-        for i in range(n):
-            j = i
-            while j >= 0:
-                m[i, j] = True
-                j = self.parents[j]
-        return m
+        rows: list[list[bool]] = []
+        for i, p in enumerate(self.parents):  # a parent comes before its children
+            row = list(rows[p]) if p >= 0 else [False] * n
+            row[i] = True
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.bool)
 
     @property
     def is_chain(self) -> bool:
