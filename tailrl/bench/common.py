@@ -1,19 +1,20 @@
-"""What every training benchmark on the embedded demo shares: the cached warm-start policy and one
-run of the trainer on the demo config with overrides, returning its metrics rows."""
+"""What every benchmark shares: the cached warm-start demo policy (`demo_policy`, from the demo), one
+run of the trainer on the demo config with overrides, and writing a benchmark's summary and result."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+from tailrl.demo.run import demo_policy  # noqa: F401  (re-exported for the benchmarks)
 
-def demo_policy() -> Path:
-    """Folder of the warm-started demo policy (trained once, then cached)."""
-    from tailrl.demo.run import DEMO_SPEC, DEMO_TASK
-    from tailrl.demo.warmstart import warm_start
-    from tailrl.model.loading import cache_dir
 
-    return warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC)
+def write_outputs(out: Path, md: str, result: dict) -> None:
+    """summary.md (the table a human reads) and result.json (every number) into out/."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(md.rstrip() + "\n")
+    (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
 
 
 def run_demo_training(model_dir: Path, run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:

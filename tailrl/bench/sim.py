@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -166,6 +165,8 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
 
 def run_sim_bench(out_dir: str | Path, replay_steps: int = 8, trace: str | None = None, profile: str | None = None,
                   calibration: bool = True, do_replay: bool = True) -> str:
+    from tailrl.bench.common import write_outputs
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     parts, result = [], {}
@@ -184,6 +185,5 @@ def run_sim_bench(out_dir: str | Path, replay_steps: int = 8, trace: str | None 
                      f"|---|---|---|---|---|\n| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['total_error']:+.1%} "
                      f"| {r['mean_abs_error']:.1%} | {r['max_abs_error']:.1%} |")
     md = "\n\n".join(parts)
-    (out / "summary.md").write_text(md + "\n")
-    (out / "result.json").write_text(json.dumps(result, indent=1))
+    write_outputs(out, md, result)
     return md

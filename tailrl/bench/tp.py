@@ -15,7 +15,6 @@ step-to-step time), and token identity of every run against static TP1/DP2.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
@@ -64,10 +63,12 @@ def predictor_error(profile: dict, steps) -> float:
 
 def run_tp_bench(out_dir: str | Path, requests: int = 32, long_every: int = 16, long: int = 192,
                  switch_at: int = 24) -> str:
+    from tailrl.bench.common import write_outputs
     from tailrl.config import EngineConfig
     from tailrl.model.loading import cache_dir
     from tailrl.parallel.generate import SwitchSpec, run_parallel_generate
     from tailrl.parallel.profile import profile_tp
+    from tailrl.sim.profile import save_profile
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +77,7 @@ def run_tp_bench(out_dir: str | Path, requests: int = 32, long_every: int = 16, 
     t = time.perf_counter()
     profile = profile_tp(model, 2, [1, 2], cfg, (1, 4, 16, 32), (16, 160), 12)
     profile_s = time.perf_counter() - t
-    (out / "tp_profile.json").write_text(json.dumps(profile, indent=1))
+    save_profile(profile, out / "tp_profile.json")
     reqs = long_tailed_requests(requests, long_every, (8, 40), long)
     runs = {"static TP1/DP2": (1, SwitchSpec()), "static TP2/DP1": (2, SwitchSpec()),
             "adaptive (PAT)": (1, SwitchSpec("auto")),
@@ -110,10 +111,6 @@ def run_tp_bench(out_dir: str | Path, requests: int = 32, long_every: int = 16, 
         f"engine + KV pool {', '.join(f'TP{k} {v:.2f} s' for k, v in profile['engine_init_s'].items())}). "
         "Predictor error per decode step, summed over each static run: "
         + ", ".join(f"{k} {v:+.1%}" for k, v in errs.items()) + ".\n")
-    (out / "summary.md").write_text(md)
-    (out / "result.json").write_text(json.dumps({"runs": rows, "predictor_error": errs,
-                                                  "decode_step_ms_median": {
-                                                      k: statistics.median([(s.t1 - s.t0) * 1e3 for s in v.steps
-                                                                            if s.kind == "decode"])
-                                                      for k, v in results.items()}}, indent=1, default=str))
+    write_outputs(out, md, {"runs": rows, "predictor_error": errs, "decode_step_ms_median": {
+        k: statistics.median([(s.t1 - s.t0) * 1e3 for s in v.steps if s.kind == "decode"]) for k, v in results.items()}})
     return md

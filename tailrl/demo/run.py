@@ -35,6 +35,13 @@ DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5, p_recheck=0.0, p_r
 DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
 
 
+def demo_policy(progress=None) -> Path:
+    """Folder of the warm-started demo policy (trained once, then cached)."""
+    from tailrl.model.loading import cache_dir
+
+    return warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC, progress=progress)
+
+
 def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Config:
     base = Config(
         model=ModelConfig(path=str(model_dir)),
@@ -65,7 +72,6 @@ def run_demo(out_dir: str | None, overrides: list[str]) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tailrl.model.loading import cache_dir
     from tailrl.train.console import StepDisplay
     from tailrl.train.report import write_report
     from tailrl.train.trainer import Trainer
@@ -77,8 +83,7 @@ def run_demo(out_dir: str | None, overrides: list[str]) -> int:
     with Progress(TextColumn("warm-start SFT (cached after the first run)"), BarColumn(), TextColumn("{task.fields[loss]}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("sft", total=DEMO_SPEC.steps, loss="")
-        model_dir = warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC,
-                               progress=lambda s, n, loss: bar.update(task, completed=s, loss=f"loss {loss:.3f}"))
+        model_dir = demo_policy(progress=lambda s, n, loss: bar.update(task, completed=s, loss=f"loss {loss:.3f}"))
     info = json.loads((model_dir / "warmstart.json").read_text())
     console.print(f"policy: {model_dir} (SFT {info['sft_steps']} steps, {info['sft_seconds']:.0f}s, loss {info['sft_final_loss']:.3f})")
     write_splits(run_dir, DEMO_TASK)

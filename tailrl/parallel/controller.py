@@ -6,18 +6,15 @@ unfinished request bounded by max_new_tokens) fed with the measured `tailrl prof
 from __future__ import annotations
 
 from tailrl.parallel.layout import Layout
+from tailrl.sim.hardware import ModelSpec
 from tailrl.sim.latency import Profiled
 from tailrl.sim.pat import PatPolicy
 
 
 def model_bytes(args, bytes_per_param: int = 4) -> tuple[float, float]:
-    """(weight bytes, K/V bytes per token) of a ModelArgs (fp32 by default)."""
-    hd, h = args.head_dim, args.hidden_size
-    attn = h * hd * (args.num_heads * 2 + args.num_kv_heads * 2)
-    mlp = 3 * h * args.intermediate_size
-    emb = args.vocab_size * h * (1 if args.tie_word_embeddings else 2)
-    weights = (args.num_layers * (attn + mlp) + emb) * bytes_per_param
-    return weights, 2 * args.num_layers * args.num_kv_heads * hd * bytes_per_param
+    """(all weight bytes — a reshard moves the embeddings too —, K/V bytes per token) of a ModelArgs."""
+    spec = ModelSpec.of(args, bytes_per_param)
+    return spec.params * bytes_per_param, spec.kv_bytes_per_token
 
 
 class PatDecider:

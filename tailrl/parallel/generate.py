@@ -76,14 +76,14 @@ def check_layout(args, tp: int, dp: int, switch: SwitchSpec, profile: dict | Non
 def run_parallel_generate(model_path: str, requests: list, engine_cfg, tp: int, dp: int, switch: SwitchSpec,
                           profile: dict | None, eos_ids, max_new_tokens: int, interval: int = 8):
     """Returns (TPResult of rank 0, RolloutTrace built from it)."""
-    from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
+    from tailrl.engine.telemetry import RequestRecord, RolloutTrace
     from tailrl.parallel.dist import spawn
 
     if engine_cfg.spec.method != "none":
         raise UserError("speculation and --tp/--dp cannot be combined yet (use one or the other)")
     res = spawn(_rank_main, tp * dp, model_path, requests, engine_cfg, tp, switch, profile, interval, tuple(eos_ids),
                 max_new_tokens)[0]
-    trace = RolloutTrace(steps=[StepRecord(s.kind, s.t0, s.t1, s.batch, s.tokens) for s in res.steps],
+    trace = RolloutTrace(steps=list(res.steps),  # StepTiming is a StepRecord with context and TP
                          requests=[RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens,
                                                  r.finish_reason, len(r.prompt_ids)) for r in res.rollouts],
                          t_end=res.rollout_s)

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from tailrl.engine import Engine
+from tailrl.engine.telemetry import StepRecord
 from tailrl.model.layers import TPContext, gather_cat
 from tailrl.parallel.dist import GroupPool
 from tailrl.parallel.layout import Layout
@@ -59,14 +60,9 @@ class SwitchEvent:
 
 
 @dataclass
-class StepTiming:
-    kind: str  # prefill | decode
-    t0: float
-    t1: float
-    batch: int
-    tokens: int
+class StepTiming(StepRecord):
     context: int  # tokens of the running sequences before the forward
-    tp: int
+    tp: int  # the layout's TP degree
 
 
 @dataclass

@@ -49,6 +49,12 @@ class ModelSpec:
     tied_embeddings: bool = False
     bytes_per_param: int = 2  # bf16
 
+    @classmethod
+    def of(cls, args, bytes_per_param: int = 2) -> ModelSpec:
+        """The shape of a native model's ModelArgs."""
+        return cls(args.architecture, args.num_layers, args.hidden_size, args.num_heads, args.num_kv_heads,
+                   args.intermediate_size, args.vocab_size, args.head_dim, args.tie_word_embeddings, bytes_per_param)
+
     @property
     def hd(self) -> int:
         return self.head_dim or self.hidden // self.heads
