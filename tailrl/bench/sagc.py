@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tailrl.train.metrics import step_rows
+
 TARGETS = {"wall": 0.6, "straggler": 0.5, "reward": 0.95}  # SAGC vs static G_max (issue: <=, <=, >=)
 
 
 def summarize(rows: list[dict], prompt_budget: int, tail_frac: float = 0.2) -> dict:
     """One run's Table-1 numbers from its metrics rows (step rows carry reward/mean; eval rows eval/accuracy)."""
-    steps = [r for r in rows if r.get("reward/mean") is not None]
+    steps = step_rows(rows)
     groups = [r["data/prompts"] for r in steps]
     used, tail = 0.0, []
     for r, n in zip(steps, groups):
@@ -65,7 +67,7 @@ def run_sagc_bench(out_dir: str, batch: int, prompt_budget: int, candidates: lis
         console.print(f"[bold]{name}[/bold]: B={batch}, prompt budget {prompt_budget}")
         rows, wall = run_demo_training(model_dir, root / name, common + ov)
         results[name] = summarize(rows, prompt_budget) | {"wall_with_evals_s": wall}
-        histories[name] = [r for r in rows if r.get("reward/mean") is not None]
+        histories[name] = step_rows(rows)
     base = results[f"static_G{gmax}"]
     for r in results.values():
         r["wall_ratio"] = r["wall_s"] / base["wall_s"]

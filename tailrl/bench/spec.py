@@ -19,6 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from tailrl.train.metrics import step_rows
+
 
 def _engine(model, tok, method: str, extra: dict | None = None, kv: int = 131072):
     from tailrl.config import EngineConfig, SpecConfig
@@ -30,6 +32,8 @@ def _engine(model, tok, method: str, extra: dict | None = None, kv: int = 131072
 def _compare(model, tok, batches: list[list], method: str, extra: dict | None, repeats: int) -> dict:
     """Run every batch of requests with speculation off and on (same engines reused across batches, as
     in training); alternate off/on per batch so machine noise hits both. Returns the aggregate."""
+    from tailrl.engine.telemetry import merge_spec
+
     engines = {"off": _engine(model, tok, "none"), "on": _engine(model, tok, method, extra)}
     warm = [replace(r, prompt_ids=r.prompt_ids[:1], uid=10**9 + i, params=replace(r.params, max_new_tokens=8))
             for i, r in enumerate(batches[0][:2])]
@@ -54,9 +58,7 @@ def _compare(model, tok, batches: list[list], method: str, extra: dict | None, r
                     spec_rows.append(trace.spec)
             total += len(outs["off"])
             same += sum(outs["off"][k] == outs["on"].get(k) for k in outs["off"])
-    keys = sorted({k for r in spec_rows for k in r})
-    spec = {k: sum(r.get(k, 0.0) for r in spec_rows) / len(spec_rows) for k in keys}
-    spec["spec/bon_requests"] = sum(r.get("spec/bon_requests", 0.0) for r in spec_rows)
+    spec = merge_spec(spec_rows)
     return {"rollout_s_off": tot["off"], "rollout_s_on": tot["on"], "speedup": tot["off"] / tot["on"],
             "tail_efficiency_off": sum(eff["off"]) / len(eff["off"]),
             "tail_efficiency_on": sum(eff["on"]) / len(eff["on"]),
@@ -101,7 +103,7 @@ def train_workload(method: str, steps: int, out_dir: Path) -> dict:
         rows, _ = run_demo_training(model_dir, out_dir / f"train_{name}",
                                     [f"train.total_steps={steps}", "train.eval_every=0", "train.save_every=0",
                                      "train.tensorboard=false", f"engine.spec.method={m}"])
-        runs[name] = [r for r in rows if r.get("reward/mean") is not None]
+        runs[name] = step_rows(rows)
     gen = {k: sum(r["timing_s/gen"] for r in v) for k, v in runs.items()}
     same = [a["reward/mean"] == b["reward/mean"] and a["response_length/mean"] == b["response_length/mean"]
             for a, b in zip(runs["off"], runs["on"])]

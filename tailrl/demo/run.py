@@ -30,6 +30,7 @@ from tailrl.config import (
 )
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.warmstart import WarmStartSpec, warm_start
+from tailrl.train.metrics import step_rows
 
 DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5, p_recheck=0.0, p_review=0.03)
 DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
@@ -96,7 +97,7 @@ def run_demo(out_dir: str | None, overrides: list[str]) -> int:
 
     rows = read_metrics(run_dir)
     evals = [r for r in rows if r.get("eval/accuracy") is not None]
-    steps = [r for r in rows if r.get("reward/mean") is not None]
+    steps = step_rows(rows)
     summary = {
         "accuracy_before": evals[0]["eval/accuracy"], "accuracy_after": evals[-1]["eval/accuracy"],
         "train_reward_first": steps[0]["reward/mean"], "train_reward_last": steps[-1]["reward/mean"],

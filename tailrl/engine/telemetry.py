@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 from tailrl.control.base import len_max_over_median, straggler_event
 
 
+def merge_spec(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Speculation metrics of several rollouts as one: rates and lengths averaged, the count of
+    Best-of-N requests summed."""
+    rows = [r for r in rows if r]
+    keys = sorted({k for r in rows for k in r})
+    return {k: sum(r.get(k, 0.0) for r in rows) / (1 if k == "spec/bon_requests" else len(rows)) for k in keys}
+
+
 @dataclass
 class StepRecord:
     kind: str  # "prefill" | "decode" | "verify"

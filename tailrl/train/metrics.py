@@ -69,3 +69,8 @@ def open_jsonl(path: Path, resume_step: int | None):
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def step_rows(rows: list[dict]) -> list[dict]:
+    """The training-step rows of metrics.jsonl (the step-0 evaluation row has no reward)."""
+    return [r for r in rows if r.get("reward/mean") is not None]

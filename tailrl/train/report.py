@@ -8,6 +8,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from tailrl.train.metrics import step_rows
+
 
 def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: str = "report.png") -> Path:
     import matplotlib
@@ -15,7 +17,7 @@ def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [r for r in rows if r.get("reward/mean") is not None]
+    steps = step_rows(rows)
     evals = [r for r in rows if r.get("eval/accuracy") is not None]
     sagc = [r for r in steps if r.get("sagc/lambda") is not None]
     fig, ax = plt.subplots(3 if sagc else 2, 2, figsize=(12, 12 if sagc else 8))

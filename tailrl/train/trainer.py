@@ -26,6 +26,7 @@ from tailrl.algo.downsample import DOWNSAMPLE
 from tailrl.config import Config, dump_config, load_config, to_dict
 from tailrl.control import build_controller
 from tailrl.engine import SamplingParams
+from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
 from tailrl.generate import build_engine
 from tailrl.train.batch import make_train_batch
@@ -209,9 +210,7 @@ class Trainer:
               "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
               statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
               "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
-        spec = [tr.spec for tr in phase.traces if tr.spec]
-        for k in sorted({k for sp in spec for k in sp}):  # speculation (engine.spec.method != none)
-            m[k] = sum(sp.get(k, 0.0) for sp in spec) / (1 if k == "spec/bon_requests" else len(spec))
+        m |= merge_spec([tr.spec for tr in phase.traces])  # speculation (engine.spec.method != none)
         return m
 
     def evaluate(self) -> dict[str, float]:
