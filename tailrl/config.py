@@ -42,6 +42,14 @@ class SpecConfig:
     bon_spare: float = 0.5  # BoN only while the verify forward stays within (1 + bon_spare) x its fixed cost
     ladder: str = ""  # draft-ladder JSON from `tailrl profile ladder` (default: analytic from the cost model)
     draft_kv_tokens: int = 65536  # KV capacity of the draft model
+    mode: str = "coupled"  # coupled | decoupled (draft model in its own process, SpecActor §4.1) | auto (TGS model)
+    window: int = 0  # decoupled draft window w (0: planned by the TGS model from `profile`, Alg. 1)
+    draft_cores: int = 1  # decoupled: cores (threads) of the drafter process
+    verify_cores: int = 0  # decoupled: cores of the verifier (0: the rest of this process's cores)
+    draft_device: str = ""  # decoupled: the drafter's device (default: the policy's)
+    profile: str = ""  # TGS profile JSON from `tailrl profile spec` (default: a short profile at start)
+    acceptance: float = 0.0  # per-token acceptance the plan assumes (0: the profile's, else alpha_prior)
+    reconfigure_every: int = 16  # decoupled: rounds between re-plans (the batch window, Alg. 2 per request)
 
 
 @dataclass(frozen=True)

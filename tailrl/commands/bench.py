@@ -36,6 +36,11 @@ def add(sub) -> None:
     q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--repeats", type=int, default=1)
+    q.add_argument("--mode", nargs="+", choices=["off", "coupled", "decoupled"], default=None,
+                   help="instead of the workloads: these speculation modes side by side at large batch, with the "
+                        "TGS model's predictions (demo policy + distilled draft)")
+    q.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256], help="with --mode: batch sizes (multiples of 16)")
+    q.add_argument("--max-new", type=int, default=160, help="with --mode: new tokens per request at most")
     q.add_argument("--out-dir", default="runs/bench-spec")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)
@@ -78,6 +83,13 @@ def sagc(a) -> int:
 
 
 def spec(a) -> int:
+    if a.mode:
+        from tailrl.bench.decoupled import run_modes_bench
+
+        if min(a.batches) < 1 or a.max_new < 2 or a.threads < 2 or a.repeats < 1:
+            raise UserError("need batch sizes >= 1, --max-new >= 2, --threads >= 2 (one drafts), --repeats >= 1")
+        run_modes_bench(a.out_dir, list(dict.fromkeys(["off", *a.mode])), a.batches, a.max_new, a.threads, a.repeats)
+        return 0
     from tailrl.bench.spec import run_spec_bench
 
     run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)

@@ -1,4 +1,4 @@
-"""`tailrl profile ...`: offline profiles — the draft ladder (speculation), the engine's latency table
+"""`tailrl profile ...`: offline profiles — the draft ladder and the TGS model's costs (speculation), the engine's latency table
 (`tailrl simulate`), and PAT's per-TP-degree table (`tailrl generate --switch auto`)."""
 
 from __future__ import annotations
@@ -20,6 +20,24 @@ def add(sub) -> None:
     q.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     q.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.ladder=PATH)")
+    q = ps.add_parser("spec", help="SpecActor's TGS profile: draft-step and verify costs per core count, draft acceptance")
+    q.set_defaults(run=spec)
+    q.add_argument("--model", required=True, help="target model (HF folder or known name)")
+    q.add_argument("--draft", required=True, help="draft model folder (same tokenizer)")
+    q.add_argument("--threads", type=int, nargs="+", default=None,
+                   help="core counts to profile (default: 1 and every core of this process)")
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    q.add_argument("--windows", type=int, nargs="+", default=[1, 2, 4, 6], help="verify tokens per request")
+    q.add_argument("--reps", type=int, default=3)
+    q.add_argument("--draft-cores", type=int, default=1, help="decoupled split profiled in the runtime itself")
+    q.add_argument("--verify-cores", type=int, default=0, help="(0: the remaining cores; both 0: no decoupled profile)")
+    q.add_argument("--prompts", default="", help="'demo' (the demo task) or a JSONL file with a 'prompt' field: the draft's per-token "
+                   "acceptance on the target's rollouts of them, and the decoupled runtime profiled on them")
+    q.add_argument("--samples", type=int, default=256, help="prompts read (acceptance: one rollout each)")
+    q.add_argument("--group", type=int, default=16, help="samples per prompt in the decoupled runtime's profile")
+    q.add_argument("--max-new-tokens", type=int, default=160)
+    q.add_argument("--temperature", type=float, default=1.0)
+    q.add_argument("--out", default="spec_profile.json", help="profile JSON (use with engine.spec.profile=PATH)")
     q = ps.add_parser("engine", help="decode / prefill latency of the engine on this machine (for tailrl simulate)")
     q.set_defaults(run=engine)
     q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
@@ -68,6 +86,44 @@ def ladder(a) -> int:
     eng = Engine(model, EngineConfig(kv_cache_tokens=max(a.batches) * (80 + a.k_max) * 2, spec=spec))
     profile_ladder(eng, tuple(sorted(a.batches)), a.k_max, alphas=ALPHAS).save(a.out)
     print(f"ladder: {a.out}")
+    return 0
+
+
+def spec(a) -> int:
+    import os
+
+    from tailrl.engine.spec.profile_tgs import (
+        measure_acceptance,
+        profile_tgs,
+        read_prompts,
+        save_tgs_profile,
+        workload,
+    )
+    from tailrl.model import load
+
+    cores = len(os.sched_getaffinity(0))
+    threads = sorted(set(a.threads or {1, cores}))
+    if min(threads) < 1 or min(a.batches) < 1 or min(a.windows) < 1 or a.reps < 1:
+        raise UserError("need thread counts, batch sizes, windows and --reps >= 1")
+    split = None
+    if a.draft_cores:
+        split = (a.draft_cores, a.verify_cores or cores - a.draft_cores)
+        if split[1] < 1:
+            raise UserError(f"--draft-cores {a.draft_cores} leaves no core to verify on ({cores} available)")
+    model, tok = load(a.model)
+    texts = read_prompts(a.prompts, a.samples) if a.prompts else None
+    prof = profile_tgs(model, a.draft, threads, tuple(sorted(a.batches)), tuple(sorted(a.windows)), a.reps,
+                       progress=lambda m: print(m, flush=True), decoupled=split,
+                       requests=workload(tok, texts, a.group, a.max_new_tokens, a.temperature) if texts else None)
+    if texts:
+        prof["acceptance"] = measure_acceptance(model, tok, a.draft, texts, a.max_new_tokens, a.temperature)
+        print(f"draft acceptance per token: {prof['acceptance']:.3f}")
+    save_tgs_profile(prof, a.out, model=a.model, draft=a.draft, threads=threads)
+    for g in threads:
+        d, v = prof["drafts"][g], prof["verifies"][g]
+        print(f"{g} core(s): D(b) = {d.alpha * 1e3:.3f} ms + b * {d.slope * 1e3:.4f} ms | V(b, n) = "
+              f"{v.beta * 1e3:.3f} ms + b * {v.per_request * 1e3:.4f} ms + n * {v.per_token * 1e3:.4f} ms")
+    print(f"TGS profile: {a.out}")
     return 0
 
 

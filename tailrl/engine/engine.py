@@ -22,9 +22,41 @@ from tailrl.engine.request import Request, Rollout
 from tailrl.engine.runner import ModelRunner
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.step import speculative_decode
 from tailrl.engine.stops import finish_reason
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
+
+
+def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
+    """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
+    sequence's next index. The only place keys are made: drafters that sample use it too."""
+    pos = positions if positions is not None else [s.num_generated for s in seqs]
+    return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
+                        dtype=torch.long, device=device)
+
+
+def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str):
+    """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
+    parameters: the engine's sampler, shared with drafters that sample in another process."""
+    dev = logits.device
+    keys = sample_keys(seqs, positions, dev)
+    temp = torch.tensor([s.request.params.temperature for s in seqs], device=dev)
+    top_k = torch.tensor([s.request.params.top_k for s in seqs], device=dev)
+    top_p = torch.tensor([s.request.params.top_p for s in seqs], device=dev)
+    return keyed_sample(logits, keys, temp, top_k, top_p, sampler)
+
+
+def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
+    """Keyed samples for consecutive positions of each sequence: logits (sum(counts), V) holds counts[i]
+    rows for seqs[i] at positions num_generated + 0 .. counts[i] - 1 (a verify window). The same keys and
+    parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
+    dev = logits.device
+    c = torch.tensor(counts, device=dev)
+    keys = sample_keys(seqs, None, dev).repeat_interleave(c, 0)  # (N, 4)
+    start = torch.cumsum(c, 0) - c
+    keys[:, 3] += torch.arange(keys.shape[0], device=dev) - start.repeat_interleave(c)
+    params = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
+                           for s in seqs], dtype=torch.float64, device=dev).repeat_interleave(c, 0)
+    return keyed_sample(logits, keys, params[:, 0].float(), params[:, 1].long(), params[:, 2].float(), sampler)
 
 
 class Engine:
@@ -46,9 +78,9 @@ class Engine:
         self._t0 = time.perf_counter()
         self.speculator = None
         if config.spec.method != "none":
-            from tailrl.engine.spec.speculator import Speculator
+            from tailrl.engine.spec.modes import build_speculator
 
-            self.speculator = Speculator(self, config.spec)
+            self.speculator = build_speculator(self, config.spec)
 
     # -- intake ---------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -103,7 +135,7 @@ class Engine:
             for seq in impossible:
                 self._fail(seq, "sequence no longer fits in the KV cache (raise engine.kv_cache_tokens)")
             if ready and self.speculator is not None:
-                speculative_decode(self, ready)
+                self.speculator.decode(self, ready)
             elif ready:
                 self._decode(ready)
         elif sch.waiting:  # nothing running and the head still does not fit: it never will
@@ -135,7 +167,7 @@ class Engine:
         logits = logits[torch.tensor(order, device=logits.device)]
         self.scheduler.start_running(admitted)
         self._sample_and_advance(admitted, logits)
-        self.trace.steps.append(StepRecord("prefill", t0, self._now(), len(admitted), n_tokens))
+        self.trace.steps.append(StepRecord("prefill", t0, self._now(), len(admitted), n_tokens, len(admitted)))
 
     def _decode(self, ready: list[Sequence]) -> None:
         t0 = self._now()
@@ -144,24 +176,13 @@ class Engine:
         for s in ready:
             s.num_cached = len(s.tokens)
         self._sample_and_advance(ready, logits)
-        self.trace.steps.append(StepRecord("decode", t0, self._now(), len(ready), len(ready)))
+        self.trace.steps.append(StepRecord("decode", t0, self._now(), len(ready), len(ready), len(ready)))
 
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
         """Keyed samples for rows of logits (B, V); positions default to each sequence's next index."""
-        dev = logits.device
-        keys = self.sample_keys(seqs, positions, dev)
-        temp = torch.tensor([s.request.params.temperature for s in seqs], device=dev)
-        top_k = torch.tensor([s.request.params.top_k for s in seqs], device=dev)
-        top_p = torch.tensor([s.request.params.top_p for s in seqs], device=dev)
-        return keyed_sample(logits, keys, temp, top_k, top_p, self.config.sampler)
+        return sample_rows(seqs, logits, positions, self.config.sampler)
 
-    @staticmethod
-    def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
-        """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
-        sequence's next index. The only place keys are made: drafters that sample use it too."""
-        pos = positions if positions is not None else [s.num_generated for s in seqs]
-        return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
-                            dtype=torch.long, device=device)
+    sample_keys = staticmethod(sample_keys)  # the module function, reachable from an engine too
 
     def advance(self, seq: Sequence, token: int, logprob: float) -> bool:
         """Append one sampled token; finish the sequence when it stops. Returns whether it finished."""

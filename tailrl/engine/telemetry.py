@@ -34,6 +34,7 @@ class StepRecord:
     t1: float
     batch: int  # active sequences in this forward
     tokens: int  # tokens processed by the forward
+    emitted: int = 0  # tokens this step appended to its sequences (speculation: > batch when drafts pay)
 
 
 @dataclass
@@ -75,7 +76,7 @@ class RolloutTrace:
         return {"t_end": self.t_end, "preemptions": self.preemptions,
                 "requests": [[r.uid, r.sample_index, r.prompt_tokens, r.num_tokens, r.finish_reason, r.t_start, r.t_finish]
                              for r in self.requests],
-                "steps": [[s.kind, s.t0, s.t1, s.batch, s.tokens] for s in self.steps]}
+                "steps": [[s.kind, s.t0, s.t1, s.batch, s.tokens, s.emitted] for s in self.steps]}
 
     @classmethod
     def from_json(cls, d: dict) -> RolloutTrace:

@@ -61,8 +61,8 @@ class SwitchEvent:
 
 @dataclass
 class StepTiming(StepRecord):
-    context: int  # tokens of the running sequences before the forward
-    tp: int  # the layout's TP degree
+    context: int = 0  # tokens of the running sequences before the forward
+    tp: int = 1  # the layout's TP degree
 
 
 @dataclass
@@ -118,7 +118,7 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
             if rep.leader:  # the ranks of a TP group finish the same rollouts; one of them reports
                 finished += done
             for s in eng.trace.steps[n_before:]:
-                steps.append(StepTiming(s.kind, s.t0, s.t1, s.batch, s.tokens, ctx, rep.layout.tp))
+                steps.append(StepTiming(s.kind, s.t0, s.t1, s.batch, s.tokens, s.emitted, ctx, rep.layout.tp))
         it += 1
         if it % interval:
             continue

@@ -72,6 +72,12 @@ class Speculator:
         self._realized: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
         self.remeasure_after = 256  # plain steps in a batch-size bucket before a "slower" verdict expires
 
+    def decode(self, engine, ready) -> None:
+        """One decode step of the running sequences: draft, verify exactly, or plain (spec/step.py)."""
+        from tailrl.engine.spec.step import speculative_decode
+
+        speculative_decode(engine, ready)
+
     # -- estimates -------------------------------------------------------------------------------
     def alpha_hist(self, name: str) -> float:
         a, n = self.hist[name]

@@ -88,5 +88,5 @@ def speculative_decode(engine, ready) -> None:
     t1 = engine._now()
     spec.record("spec", len(ready), emitted_total, t1 - t0)
     spec.spec_overhead.observe(len(ready), max(0.0, t1 - t0 - t_fwd - spec.last_draft_s))
-    engine.trace.steps.append(StepRecord("verify", t0, t1, len(ready), n_tokens))
+    engine.trace.steps.append(StepRecord("verify", t0, t1, len(ready), n_tokens, emitted_total))
 

@@ -1,0 +1,270 @@
+"""Decoupled speculation, verifier side (SpecActor §4.1): the engine verifies while a drafter process
+(spec/draft_worker.py) drafts the next window on other cores, in lockstep rounds.
+
+One round = one engine decode step: send the drafter what was committed last round, run the target's
+forward over each request's pending token + the drafts in hand (Stream.verify_window), keep the
+longest prefix equal to the target's keyed samples plus the sample after it (exactly what plain
+decoding would emit), then take the drafts the drafter made meanwhile and reconcile them with what
+was just committed (spec/stream.py). A coupled request (Alg. 2 may switch low-acceptance requests
+to it) keeps the barrier: it skips the rounds in which its window is being drafted.
+
+The plan (window, cores) comes from the TGS model (spec/tgs.py, Alg. 1) over a profile; every
+`reconfigure_every` rounds Alg. 2 re-plans the requests accepting less than average.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from dataclasses import replace
+from multiprocessing.connection import Listener
+
+import torch
+
+from tailrl.engine.engine import sample_windows
+from tailrl.engine.spec.stream import Stream, merge, reconcile
+from tailrl.engine.spec.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
+from tailrl.engine.telemetry import StepRecord
+from tailrl.errors import UserError
+
+
+class DecoupledSpeculator:
+    def __init__(self, engine, cfg, draft_path: str, plan: Plan, draft_cost: DraftCost | None = None,
+                 verify_cost: VerifyCost | None = None, acceptance: float = 0.5):
+        self.engine, self.cfg, self.plan = engine, cfg, plan
+        self.p = acceptance  # the batch's per-token acceptance the window is planned for
+        self.D, self.V = draft_cost, verify_cost  # b = 1 costs for Alg. 2 (None: no reconfiguration)
+        p = next(engine.model.parameters())
+        self.verify_threads = plan.g_verify
+        # on CPU the drafter is pinned to the last g_draft cores and the verifier to the others
+        avail = sorted(os.sched_getaffinity(0))
+        on_cpu = p.device.type == "cpu" and not cfg.draft_device and plan.g_draft < len(avail)
+        cores = avail[-plan.g_draft:] if on_cpu else None
+        self.verify_cores = set(avail[:-plan.g_draft]) if on_cpu else None
+        self._affinity_before = None
+        # a fresh interpreter (not multiprocessing's spawn, which re-imports the caller's __main__)
+        # connected over a local socket
+        key = os.urandom(16)
+        listener = Listener(family="AF_UNIX", authkey=key)
+        args = {"address": listener.address, "authkey": key.hex(), "model_path": draft_path,
+                "dtype": str(p.dtype).removeprefix("torch."), "device": cfg.draft_device or str(p.device),
+                "threads": plan.g_draft, "cores": cores, "kv_tokens": cfg.draft_kv_tokens,
+                "block_size": engine.config.block_size, "sampler": engine.config.sampler}
+        self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.engine.spec.draft_worker", json.dumps(args)])
+        try:
+            listener._listener._socket.settimeout(120)  # a drafter that dies before connecting: no hang
+            self.conn = listener.accept()
+            kind, vocab = self.conn.recv()
+        except (OSError, EOFError):
+            self.close()
+            raise UserError("the drafter process of decoupled speculation did not start (its error is above)") from None
+        finally:
+            listener.close()
+        if vocab != engine.model.args.vocab_size:
+            self.close()
+            raise UserError(f"draft model vocabulary ({vocab}) differs from the policy's "
+                            f"({engine.model.args.vocab_size}); it must share the tokenizer")
+        self.streams: dict[int, Stream] = {}
+        self.seqs: dict = {}  # seq id -> Sequence (its verified tokens, for late drafter chunks)
+        self.ops: list[tuple] = []
+        self.stats: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # seq id -> [accepted, mismatches]
+        self.waste: Counter = Counter()  # (seq id, epoch) -> drafted tokens discarded by that mismatch
+        self.counters: Counter = Counter()
+        self.rounds = 0
+        self.log: list[tuple] | None = None  # per round (rows, verify tokens, verify s, drafted rows, steps, draft s)
+        self._threads_before: int | None = None
+
+    # -- one round -------------------------------------------------------------------------------
+    def decode(self, engine, ready) -> None:
+        if self._threads_before is None:  # the verifier's share of the cores, for this rollout
+            self._threads_before = torch.get_num_threads()
+            torch.set_num_threads(self.verify_threads)
+            if self.verify_cores:
+                self._affinity_before = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, self.verify_cores)
+        if self.D is not None and self.cfg.window == 0 and self.rounds % self.cfg.reconfigure_every == 0:
+            # Alg. 1's window for the batch running now (it shrinks during a rollout); new requests take it,
+            # and requests at or above average acceptance move to it
+            w = best_window(self.D, self.V, len(ready), self.p, self.cfg.k_max)[0]
+            if w != self.plan.w:
+                self.plan = replace(self.plan, w=w)
+                for sid, st in self.streams.items():
+                    if st.mode == "decoupled" and st.w != w and self.acceptance(sid) >= self.p:
+                        st.w = w
+                        self.ops.append(("cfg", sid, w, st.mode))
+        cache = engine.cache
+        t0 = engine._now()
+        for s in ready:
+            if s.seq_id not in self.streams:
+                st = self.streams[s.seq_id] = Stream(len(s.tokens), self.plan.w, "decoupled")
+                self.seqs[s.seq_id] = s
+                self.ops.append(("add", s.seq_id, s.request, s.sample_index, list(s.tokens), s.num_prompt,
+                                 self._limit(engine, s), st.w, st.mode))
+        self.conn.send(("round", self.ops))
+        self.ops = []
+        rows, toks, lrows, ks = [], [], [], []
+        for s in ready:
+            st = self.streams[s.seq_id]
+            left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
+            k = max(0, min(st.verify_window(), left - 1))
+            if st.mode == "coupled" and k == 0 and self._limit(engine, s) > st.end:
+                continue  # the barrier: its window is being drafted this round
+            if k:
+                if not cache.can_ensure(s.seq_id, s.num_cached, s.pending + k):
+                    k = 0
+                cache.ensure(s.seq_id, s.num_cached, s.pending + k)  # (prepare_decode ensured the pending ones)
+            rows.append(s)
+            ks.append(k)
+            toks.append(s.tokens[s.num_cached:] + st.tokens[:k])
+            lrows.append([s.pending - 1 + i for i in range(k + 1)])
+        emitted = 0
+        n_tokens = sum(len(t) for t in toks)
+        if rows:
+            logits = engine.runner.forward([s.seq_id for s in rows], [s.num_cached for s in rows], toks,
+                                           logits_rows=lrows)  # (B, R, V)
+            flat_l = torch.cat([logits[b, : k + 1] for b, k in enumerate(ks)])
+            samples, logps = sample_windows(rows, flat_l, [k + 1 for k in ks], engine.config.sampler)
+            samples, logps = samples.tolist(), logps.tolist()
+            off = 0
+            for s, k in zip(rows, ks):
+                st = self.streams[s.seq_id]
+                smp, lp = samples[off: off + k + 1], logps[off: off + k + 1]
+                off += k + 1
+                a = 0
+                while a < k and st.tokens[a] == smp[a]:
+                    a += 1
+                base = len(s.tokens)  # K/V now holds base + k tokens; keep the accepted drafts' part
+                s.num_cached = base + a
+                cache.truncate(s.seq_id, s.num_cached)
+                committed = []
+                for j in range(a + 1):
+                    committed.append(smp[j])
+                    if engine.advance(s, smp[j], lp[j]):
+                        break
+                emitted += len(committed)
+                if s.seq_id in self.streams:  # still running: tell the drafter, settle the stream
+                    self._settle(s.seq_id, *reconcile(st, committed), st.epoch - 1)
+                    self.ops.append(("commit", s.seq_id, committed))
+        tw = engine._now()
+        kind, chunks, draft_s, steps, drafted_rows = self.conn.recv()
+        wait = engine._now() - tw
+        self.counters["verify_wait_s"] += wait
+        if self.log is not None:  # the runtime's own costs, for `tailrl profile spec` (profile_tgs.py)
+            self.log.append((len(rows), n_tokens, tw - t0, drafted_rows, steps, draft_s))
+        self.counters["draft_s"] += draft_s
+        for sid, epoch, start, drafted in chunks:
+            st = self.streams.get(sid)
+            if st is None:  # finished meanwhile
+                self.counters["wasted_finished"] += len(drafted)
+                continue
+            self.counters["drafted"] += len(drafted)
+            consumed, lost, _ = merge(st, epoch, start, drafted, self.seqs[sid].tokens)
+            self._settle(sid, consumed, lost, epoch)  # lost drafts belong to the chunk's (ended) epoch
+        self.rounds += 1
+        self.counters["emitted"] += emitted
+        self.counters["rows"] += len(rows)
+        self.counters["verify_tokens"] += n_tokens
+        if self.D is not None and self.rounds % self.cfg.reconfigure_every == 0:
+            self._reconfigure()
+        engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens, emitted))
+
+    def _settle(self, sid: int, consumed: int, lost: int, epoch: int) -> None:
+        """Book a reconcile / merge outcome: accepted drafts, and drafts lost to the mismatch of `epoch`."""
+        st = self.stats[sid]
+        st[0] += consumed
+        self.counters["accepted"] += consumed
+        if lost:
+            if (sid, epoch) not in self.waste:
+                st[1] += 1
+                self.counters["mismatches"] += 1
+            self.waste[(sid, epoch)] += lost
+            self.counters["wasted"] += lost
+
+    @staticmethod
+    def _limit(engine, s) -> int:
+        """First position past the sequence's budget: drafts at or beyond it are never used."""
+        return min(s.num_prompt + s.max_new_tokens, engine.max_model_len)
+
+    # -- Alg. 2 ----------------------------------------------------------------------------------
+    def acceptance(self, sid: int) -> float:
+        """Per-token acceptance of a request: accepted / (accepted + mismatches), shrunk to the batch's."""
+        a, m = self.stats[sid]
+        w = 4.0
+        return (a + w * self.p) / (a + m + w)
+
+    def _reconfigure(self) -> None:
+        acc = {sid: self.acceptance(sid) for sid in self.streams}
+        for sid, (w, mode) in reconfigure(acc, self.D, self.V, self.cfg.k_max).items():
+            st = self.streams[sid]
+            if (w, mode) != (st.w, st.mode):
+                st.w, st.mode = w, mode
+                self.ops.append(("cfg", sid, w, mode))
+                self.counters["reconfigured"] += 1
+
+    # -- lifecycle (the engine's speculator protocol) --------------------------------------------
+    def release(self, seq) -> None:
+        st = self.streams.pop(seq.seq_id, None)
+        self.seqs.pop(seq.seq_id, None)
+        if st is not None:
+            self.counters["wasted_finished"] += len(st.tokens)
+            self.ops.append(("drop", seq.seq_id))
+        self.stats.pop(seq.seq_id, None)
+
+    def end_rollout(self) -> None:
+        c = self.counters
+        if c["accepted"] + c["mismatches"] >= 32:  # the batch mean is stable across steps (SpecActor §4.1)
+            self.p = c["accepted"] / (c["accepted"] + c["mismatches"])
+        self.conn.send(("reset",))
+        self.streams.clear()
+        self.seqs.clear()
+        self.ops = []
+        if self._threads_before is not None:  # affinity first: threads torch starts now inherit it
+            if self._affinity_before:
+                os.sched_setaffinity(0, self._affinity_before)
+                self._affinity_before = None
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
+
+    def max_waste_per_mismatch(self) -> int:
+        return max(self.waste.values(), default=0)
+
+    def metrics(self) -> dict[str, float]:
+        c = self.counters
+        checked = c["accepted"] + c["mismatches"]
+        return {"spec/acceptance_rate": c["accepted"] / checked if checked else 0.0,
+                "spec/mean_accepted_len": c["accepted"] / c["rows"] if c["rows"] else 0.0,
+                "spec/drafter_share/draft": 1.0, "spec/bon_requests": 0.0,
+                "spec/decoupled/window": float(self.plan.w), "spec/decoupled/rounds": float(self.rounds),
+                "spec/decoupled/wasted_tokens": float(c["wasted"]),
+                "spec/decoupled/max_waste_per_mismatch": float(self.max_waste_per_mismatch()),
+                "spec/decoupled/reconfigured": float(c["reconfigured"]),
+                "spec/decoupled/draft_s": c["draft_s"], "spec/decoupled/verify_wait_s": c["verify_wait_s"]}
+
+    def reset_counters(self) -> None:
+        self.counters.clear()
+        self.waste.clear()
+        self.rounds = 0
+
+    def close(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            try:
+                conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+            conn.close()
+            self.conn = None
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
