@@ -49,6 +49,8 @@ class SpecConfig:
     draft_device: str = ""  # decoupled: the drafter's device (default: the policy's)
     profile: str = ""  # TGS profile JSON from `tailrl profile spec` (default: a short profile at start)
     acceptance: float = 0.0  # per-token acceptance the plan assumes (0: the profile's, else alpha_prior)
+    gate: bool = True  # fall back to plain decode steps where speculation is predicted / measured slower
+    # (false: always speculate — k_max windows coupled, the planned window decoupled; a benchmark baseline)
     reconfigure_every: int = 16  # decoupled: rounds between re-plans (the batch window, Alg. 2 per request)
 
 

@@ -20,10 +20,12 @@ from tailrl.engine.spec.tgs import tgs_coupled, tgs_decoupled, tgs_plain
 
 # the TGS model's tokens per second per request of each mode at mean batch b (coupled: its best window)
 PREDICT = {
-    "off": lambda D, V, b, p, w, G, gd: tgs_plain(V[G], b),
-    "coupled": lambda D, V, b, p, w, G, gd: max(tgs_coupled(D[G], V[G], b, p, k) for k in range(1, 9)),
-    "decoupled": lambda D, V, b, p, w, G, gd: tgs_decoupled(D[gd], V[G - gd], b, p, w),
+    "off": lambda D, V, b, p, w, wc, G, gd: tgs_plain(V[G], b),
+    "coupled": lambda D, V, b, p, w, wc, G, gd: tgs_coupled(D[G], V[G], b, p, wc),
+    "decoupled": lambda D, V, b, p, w, wc, G, gd: tgs_decoupled(D[gd], V[G - gd], b, p, w),
+    "auto": lambda D, V, b, p, w, wc, G, gd: max(f(D, V, b, p, w, wc, G, gd) for f in _EXEC),
 }
+_EXEC = [PREDICT["off"], PREDICT["coupled"], PREDICT["decoupled"]]
 
 
 def phase(trace, B: int, frac: float) -> tuple[float, int, float]:
@@ -76,12 +78,15 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
     print(f"profile: {time.perf_counter() - t:.1f}s; draft acceptance per token {p:.3f}", flush=True)
     rows_all = DEMO_TASK.rows(max(batches) // group + 1, "test", seed=7)
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=1)
-    spec_cfg = {"off": SpecConfig(),
-                "coupled": SpecConfig(method=f"draft:{draft}", mode="coupled"),
-                "decoupled": SpecConfig(method=f"draft:{draft}", mode="decoupled", profile=str(out / "spec_profile.json"),
-                                        acceptance=p, draft_cores=gd, verify_cores=G - gd)}
     results = []
     for B in batches:
+        plans = choose(B, G, prof["drafts"], prof["verifies"], p, [G - gd])
+        common = {"method": f"draft:{draft}", "profile": str(out / "spec_profile.json"), "acceptance": p,
+                  "draft_cores": gd, "verify_cores": G - gd}
+        spec_cfg = {"off": SpecConfig(),  # execution modes as such (gate off), then the engine's default
+                    "coupled": SpecConfig(mode="coupled", gate=False, k_max=plans["coupled"].w, **common),
+                    "decoupled": SpecConfig(mode="decoupled", gate=False, **common),
+                    "auto": SpecConfig(mode="auto", **common)}
         reqs = [Request(tok(r["prompt"])["input_ids"], uid=i, n=group, params=params)
                 for i, r in enumerate(rows_all[:B // group])]
         engines = {m: Engine(model, EngineConfig(kv_cache_tokens=B * (max_new + 64) * 2, max_batch_size=B,
@@ -103,13 +108,13 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
                 outs[m] = {(r.uid, r.sample_index): r.token_ids for r in o}
                 spec[m] = trace.spec or {}
         dec = engines.get("decoupled")
-        w = dec.speculator.plan.w if dec is not None else choose(B, G, prof["drafts"], prof["verifies"], p, [G - gd])["decoupled"].w
-        row = {"batch": B, "max_new": max_new, "acceptance_profiled": p, "window": w,
-               "planned_best": choose(B, G, prof["drafts"], prof["verifies"], p, [G - gd])["best"].mode}
+        w = dec.speculator.plan.w if dec is not None else plans["decoupled"].w
+        row = {"batch": B, "max_new": max_new, "acceptance_profiled": p, "window": w, "coupled_window": plans["coupled"].w,
+               "planned_best": plans["best"].mode}
         for m in modes:
             secs, n, bs, wall = acc[m]
             b = bs / secs  # mean active batch of the phase
-            tgs = PREDICT[m](prof["drafts"], prof["verifies"], b, p, w, G, gd)
+            tgs = PREDICT[m](prof["drafts"], prof["verifies"], b, p, w, plans["coupled"].w, G, gd)
             same = sum(outs[m][k] == outs["off"][k] for k in outs["off"])
             row[m] = {"tokens_per_s": n / secs, "phase_s": secs / repeats, "mean_batch": b, "rollout_s": wall / repeats,
                       "predicted_tokens_per_s": b * tgs, "model_error": b * tgs / (n / secs) - 1.0,
@@ -119,8 +124,9 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
             row[m]["rollout_speedup_vs_off"] = row["off"]["rollout_s"] / row[m]["rollout_s"]
         results.append(row)
         _print(row, modes)
-        if dec is not None:
-            dec.speculator.close()
+        for e in engines.values():
+            if hasattr(e.speculator, "close"):
+                e.speculator.close()
     summary = {"threads": threads, "modes": modes, "batches": batches, "max_new": max_new, "repeats": repeats,
                "group": group, "phase_frac": frac, "acceptance": p, "rows": results}
     write_outputs(out, _markdown(summary), summary)
@@ -140,14 +146,15 @@ def _print(row: dict, modes: list[str]) -> None:
 def _markdown(s: dict) -> str:
     lines = [f"Speculation modes at large batch: demo policy + distilled draft (acceptance {s['acceptance']:.3f}), "
              f"groups of {s['group']}, up to {s['max_new']} new tokens, {s['threads']} cores; large-batch phase = "
-             f"decode rounds after the first with >= {s['phase_frac']:.0%} of B running; acceptance 0 = the "
-             f"mode's cost gates kept speculation off", "",
+             f"decode rounds after the first with >= {s['phase_frac']:.0%} of B running; coupled and decoupled "
+             f"always speculate (gate off), auto = the engine's default (mode from the TGS model, measured "
+             f"fallback to plain steps)", "",
              "| B | mode | phase tokens/s | × off | predicted | model error | whole rollout × off | identity | acceptance |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
         for m in s["modes"]:
             x = r[m]
-            w = f" (w={r['window']})" if m == "decoupled" else ""
+            w = {"decoupled": f" (w={r['window']})", "coupled": f" (k={r['coupled_window']})"}.get(m, "")
             a = f"{x['acceptance']:.2f}" if x["acceptance"] is not None else "—"
             lines.append(f"| {r['batch']} | {m}{w} | {x['tokens_per_s']:.0f} | {x['speedup_vs_off']:.2f} | "
                          f"{x['predicted_tokens_per_s']:.0f} | {x['model_error']:+.1%} | {x['rollout_speedup_vs_off']:.2f} | "

@@ -36,7 +36,7 @@ def add(sub) -> None:
     q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
     q.add_argument("--threads", type=int, default=2)
     q.add_argument("--repeats", type=int, default=1)
-    q.add_argument("--mode", nargs="+", choices=["off", "coupled", "decoupled"], default=None,
+    q.add_argument("--mode", nargs="+", choices=["off", "coupled", "decoupled", "auto"], default=None,
                    help="instead of the workloads: these speculation modes side by side at large batch, with the "
                         "TGS model's predictions (demo policy + distilled draft)")
     q.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256], help="with --mode: batch sizes (multiples of 16)")

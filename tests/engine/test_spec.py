@@ -156,27 +156,23 @@ def test_ladder_profile_roundtrip_and_shape(model, tmp_path):
 
 
 def test_measured_throughput_gate():
-    from tailrl.engine.spec.speculator import Speculator
+    from tailrl.engine.spec.cost import ThroughputGate
 
-    sp = Speculator.__new__(Speculator)
-    from collections import defaultdict
-
-    sp._realized = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
-    sp.remeasure_after = 3
-    assert sp.measured_slower(64)  # no plain baseline yet: measure one first
+    sp = ThroughputGate(remeasure_after=3)
+    assert sp.slower(64)  # no plain baseline yet: measure one first
     sp.record("plain", 64, 64, 0.010)  # 6400 tokens/s
-    assert not sp.measured_slower(64)  # no speculative measurement: the models decide
+    assert not sp.slower(64)  # no speculative measurement: the models decide
     sp.record("spec", 70, 90, 0.020)  # 4500 tokens/s, same bucket (64..127)
-    assert sp.measured_slower(64) and sp.measured_slower(100)
+    assert sp.slower(64) and sp.slower(100)
     sp.record("plain", 8, 8, 0.004)
-    assert not sp.measured_slower(8)  # another bucket
+    assert not sp.slower(8)  # another bucket
     sp.record("spec", 64, 400, 0.020)
-    assert not sp.measured_slower(64)
+    assert not sp.slower(64)
     sp.record("spec", 64, 10, 0.5)
-    assert sp.measured_slower(64)
+    assert sp.slower(64)
     for _ in range(3):  # the verdict expires after `remeasure_after` plain steps in the bucket
         sp.record("plain", 64, 64, 0.010)
-    assert not sp.measured_slower(64)
+    assert not sp.slower(64)
 
 
 def test_tree_node_sees_the_window_of_its_sequence_position():

@@ -7,7 +7,7 @@ the speculative path's own overhead: planning, drafting bookkeeping, trees, acce
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import defaultdict, deque
 
 
 def fit_affine(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -63,3 +63,32 @@ class ForwardCost:
             else:
                 self._fit = self.default
         return self._fit
+
+
+class ThroughputGate:
+    """The final word on whether speculating pays at a batch size: measured tokens per second of
+    speculative and plain decode steps per power-of-two batch-size bucket, exponentially weighted. A
+    bucket measures a plain step first (the baseline to beat); a "slower" verdict expires after
+    `remeasure_after` plain steps in the bucket (acceptance drifts)."""
+
+    def __init__(self, remeasure_after: int = 256):
+        self.remeasure_after = remeasure_after
+        self.buckets: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
+
+    def record(self, kind: str, batch: int, tokens: int, seconds: float) -> None:
+        """A finished decode step: `kind` "spec" or "plain", tokens emitted, wall seconds."""
+        b = self.buckets[batch.bit_length()]
+        acc = b[kind]
+        acc[0] = 0.9 * acc[0] + tokens
+        acc[1] = 0.9 * acc[1] + seconds
+        b["plain_since_spec"] = 0 if kind == "spec" else b.get("plain_since_spec", 0) + 1
+
+    def slower(self, batch: int) -> bool:
+        """Speculative steps in this bucket emitted fewer tokens per second than plain ones; True too while
+        the bucket has no plain step yet."""
+        b = self.buckets[batch.bit_length()]
+        if b["plain"][1] == 0:
+            return True
+        if b["spec"][1] == 0 or b.get("plain_since_spec", 0) >= self.remeasure_after:
+            return False  # never measured here, or long ago: the models decide
+        return b["spec"][0] * b["plain"][1] < b["plain"][0] * b["spec"][1]

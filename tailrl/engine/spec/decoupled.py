@@ -25,6 +25,7 @@ from multiprocessing.connection import Listener
 import torch
 
 from tailrl.engine.engine import sample_windows
+from tailrl.engine.spec.cost import ThroughputGate
 from tailrl.engine.spec.stream import Stream, merge, reconcile
 from tailrl.engine.spec.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
 from tailrl.engine.telemetry import StepRecord
@@ -74,17 +75,15 @@ class DecoupledSpeculator:
         self.waste: Counter = Counter()  # (seq id, epoch) -> drafted tokens discarded by that mismatch
         self.counters: Counter = Counter()
         self.rounds = 0
+        self.gate = ThroughputGate()  # decoupled vs plain rounds, measured per batch-size bucket
         self.log: list[tuple] | None = None  # per round (rows, verify tokens, verify s, drafted rows, steps, draft s)
         self._threads_before: int | None = None
 
     # -- one round -------------------------------------------------------------------------------
     def decode(self, engine, ready) -> None:
-        if self._threads_before is None:  # the verifier's share of the cores, for this rollout
-            self._threads_before = torch.get_num_threads()
-            torch.set_num_threads(self.verify_threads)
-            if self.verify_cores:
-                self._affinity_before = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, self.verify_cores)
+        if self.cfg.gate and self.gate.slower(len(ready)):  # measured: plain rounds emit more per second here
+            return self._plain(engine, ready)
+        self._cores(verify=True)
         if self.D is not None and self.cfg.window == 0 and self.rounds % self.cfg.reconfigure_every == 0:
             # Alg. 1's window for the batch running now (it shrinks during a rollout); new requests take it,
             # and requests at or above average acceptance move to it
@@ -170,6 +169,38 @@ class DecoupledSpeculator:
         if self.D is not None and self.rounds % self.cfg.reconfigure_every == 0:
             self._reconfigure()
         engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens, emitted))
+        self.gate.record("spec", len(ready), emitted, engine._now() - t0)
+
+    def _plain(self, engine, ready) -> None:
+        """A plain decode round on all of this process's cores, the drafter idle; the committed tokens
+        reach the drafter with the next decoupled round (streams stay valid where they match)."""
+        self._cores(verify=False)
+        t0 = engine._now()
+        engine._decode(ready)
+        for s in ready:
+            st = self.streams.get(s.seq_id)
+            if st is not None:
+                self._settle(s.seq_id, *reconcile(st, s.tokens[-1:]), st.epoch - 1)
+                self.ops.append(("commit", s.seq_id, s.tokens[-1:]))
+        self.gate.record("plain", len(ready), len(ready), engine._now() - t0)
+        self.counters["plain_rounds"] += 1
+
+    def _cores(self, verify: bool) -> None:
+        """Verifier rounds: g_verify threads (pinned to the verifier's cores on CPU); plain rounds and
+        between rollouts: what the process had. Affinity changes before the thread count, so threads
+        torch starts meanwhile inherit the right one."""
+        if verify and self._threads_before is None:
+            self._threads_before = torch.get_num_threads()
+            if self.verify_cores:
+                self._affinity_before = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, self.verify_cores)
+            torch.set_num_threads(self.verify_threads)
+        elif not verify and self._threads_before is not None:
+            if self._affinity_before:
+                os.sched_setaffinity(0, self._affinity_before)
+                self._affinity_before = None
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
     def _settle(self, sid: int, consumed: int, lost: int, epoch: int) -> None:
         """Book a reconcile / merge outcome: accepted drafts, and drafts lost to the mismatch of `epoch`."""
@@ -221,12 +252,7 @@ class DecoupledSpeculator:
         self.streams.clear()
         self.seqs.clear()
         self.ops = []
-        if self._threads_before is not None:  # affinity first: threads torch starts now inherit it
-            if self._affinity_before:
-                os.sched_setaffinity(0, self._affinity_before)
-                self._affinity_before = None
-            torch.set_num_threads(self._threads_before)
-            self._threads_before = None
+        self._cores(verify=False)
 
     def max_waste_per_mismatch(self) -> int:
         return max(self.waste.values(), default=0)
@@ -241,6 +267,7 @@ class DecoupledSpeculator:
                 "spec/decoupled/wasted_tokens": float(c["wasted"]),
                 "spec/decoupled/max_waste_per_mismatch": float(self.max_waste_per_mismatch()),
                 "spec/decoupled/reconfigured": float(c["reconfigured"]),
+                "spec/decoupled/plain_rounds": float(c["plain_rounds"]),
                 "spec/decoupled/draft_s": c["draft_s"], "spec/decoupled/verify_wait_s": c["verify_wait_s"]}
 
     def reset_counters(self) -> None:

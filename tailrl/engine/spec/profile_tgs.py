@@ -161,7 +161,7 @@ def _runtime_rounds(target, draft_path: str, g_draft: int, g_verify: int, batche
 
     vocab = target.args.vocab_size
     spec = SpecConfig(method=f"draft:{draft_path}", mode="decoupled", window=max(windows), draft_cores=g_draft,
-                      verify_cores=g_verify)
+                      verify_cores=g_verify, gate=False)
     engine = Engine(target, EngineConfig(kv_cache_tokens=max(batches) * (24 + max_new + 16) * 2, block_size=block_size,
                                          max_batch_size=max(batches), spec=spec))
     sp = engine.speculator

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict, deque
 
 import tailrl.engine.spec.draft_model  # noqa: F401  (registers the "draft" drafter)
-from tailrl.engine.spec.cost import ForwardCost
+from tailrl.engine.spec.cost import ForwardCost, ThroughputGate
 from tailrl.engine.spec.drafters import DRAFTERS
 from tailrl.engine.spec.ladder import Ladder
 from tailrl.engine.spec.window import expected_tokens, plan_windows
@@ -69,8 +69,7 @@ class Speculator:
         self.counters: dict[str, float] = defaultdict(float)
         self.last_draft_s = 0.0  # drafting seconds of the current plan
         self._plans, self._table = 0, None
-        self._realized: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
-        self.remeasure_after = 256  # plain steps in a batch-size bucket before a "slower" verdict expires
+        self.gate = ThroughputGate()
 
     def decode(self, engine, ready) -> None:
         """One decode step of the running sequences: draft, verify exactly, or plain (spec/step.py)."""
@@ -105,7 +104,8 @@ class Speculator:
         draft length. None: a plain decode step is expected to be faster (the caller runs one)."""
         self.last_draft_s = 0.0
         c0, c1 = self.cost.coefficients()
-        if self.measured_slower(len(seqs)) or not self._may_pay(len(seqs), sum(s.pending for s in seqs), c0, c1):
+        gate = self.cfg.gate
+        if gate and (self.measured_slower(len(seqs)) or not self._may_pay(len(seqs), sum(s.pending for s in seqs), c0, c1)):
             return None  # O(1) gates: measured slower at this batch size, or predicted not to pay
         self._plans += 1
         if self._table is None or self._plans % 32 == 0:  # ladder on an alpha grid, refreshed as costs drift
@@ -116,9 +116,12 @@ class Speculator:
         caps = [max(0, min(self.cfg.k_max, r)) for r in room]
         base = sum(s.pending for s in seqs)
         dcost = [self.draft_s[n] for n in prim]
-        ks = plan_windows(alphas, caps, c0, c1, dcost, base)
-        if not self.pays(alphas, ks, dcost, len(seqs), base, c0, c1):
-            return None
+        if gate:
+            ks = plan_windows(alphas, caps, c0, c1, dcost, base)
+            if not self.pays(alphas, ks, dcost, len(seqs), base, c0, c1):
+                return None
+        else:  # always speculate, k_max per request (a benchmark baseline: naive coupled speculation)
+            ks = caps
         cands: list[list[tuple[str, list[int]]]] = [[] for _ in seqs]
         by_name: dict[str, list[int]] = defaultdict(list)
         for i, (n, k) in enumerate(zip(prim, ks)):
@@ -131,22 +134,10 @@ class Speculator:
 
     # -- measured throughput per batch-size bucket (the final word over the models) ----------------
     def record(self, kind: str, batch: int, tokens: int, seconds: float) -> None:
-        """A finished decode step: `kind` "spec" or "plain", tokens emitted, wall seconds."""
-        b = self._realized[batch.bit_length()]
-        acc = b[kind]
-        acc[0] = 0.9 * acc[0] + tokens
-        acc[1] = 0.9 * acc[1] + seconds
-        b["plain_since_spec"] = 0 if kind == "spec" else b.get("plain_since_spec", 0) + 1
+        self.gate.record(kind, batch, tokens, seconds)
 
     def measured_slower(self, batch: int) -> bool:
-        """Speculative steps at this batch size (power-of-two bucket) have emitted fewer tokens per second
-        than plain ones, measured (exponentially weighted); True too while the bucket has no plain step."""
-        b = self._realized[batch.bit_length()]
-        if b["plain"][1] == 0:
-            return True  # measure a plain step in this bucket first (the baseline the spec steps must beat)
-        if b["spec"][1] == 0 or b.get("plain_since_spec", 0) >= self.remeasure_after:
-            return False  # never measured here, or long ago (acceptance drifts): the models decide
-        return b["spec"][0] * b["plain"][1] < b["plain"][0] * b["spec"][1]
+        return self.gate.slower(batch)
 
     def _may_pay(self, B: int, base: int, c0: float, c1: float) -> bool:
         """Whether speculation could pay at batch B if every sequence used one drafter at its historical
