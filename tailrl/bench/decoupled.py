@@ -2,13 +2,14 @@
 (SpecActor §4.1: where coupled speculation stops paying), and the TGS model's predicted throughput
 against the measured one.
 
-Workload: the demo policy with its distilled draft model (demo/draft.py), B demo prompts (B = 64-256)
-decoded for a fixed number of tokens (ignore_eos: the batch stays at B, the "large-batch start of a
-rollout"). Every mode runs the same requests on the same machine: `off` and `coupled` on all cores,
-`decoupled` with the drafter process on its own core(s). Throughput = generated tokens / decode-phase
-seconds (prefill excluded; the decoupled rounds include waiting for the drafter). Predictions come
-from a TGS profile measured at the start of the run (`tailrl profile spec`, same code) and the draft's
-measured acceptance.
+Workload: the demo policy with its distilled draft model (demo/draft.py), B / 16 demo test prompts x 16
+samples (B = 64-256), natural lengths. Every mode runs the same requests on the same machine: `off` and
+`coupled` on all cores, `decoupled` with the drafter process on its own core(s); `coupled` and
+`decoupled` always speculate (gate off), `auto` is the engine's default. Throughput = tokens emitted per
+second over the large-batch start: decode rounds after the first while >= frac * B sequences run (the
+decoupled rounds include waiting for the drafter); the whole-rollout ratio covers everything. The
+predictions come from a TGS profile measured at the start of the run on the demo's train prompts
+(`tailrl profile spec`, same code) and the draft's measured acceptance.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
                 outs[m] = {(r.uid, r.sample_index): r.token_ids for r in o}
                 spec[m] = trace.spec or {}
         dec = engines.get("decoupled")
-        w = dec.speculator.plan.w if dec is not None else plans["decoupled"].w
+        w = int(spec["decoupled"]["spec/decoupled/window_first"]) if dec is not None else plans["decoupled"].w
         row = {"batch": B, "max_new": max_new, "acceptance_profiled": p, "window": w, "coupled_window": plans["coupled"].w,
                "planned_best": plans["best"].mode}
         for m in modes:

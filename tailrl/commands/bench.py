@@ -42,6 +42,13 @@ def add(sub) -> None:
     q.add_argument("--batches", type=int, nargs="+", default=[64, 128, 256], help="with --mode: batch sizes (multiples of 16)")
     q.add_argument("--max-new", type=int, default=160, help="with --mode: new tokens per request at most")
     q.add_argument("--out-dir", default="runs/bench-spec")
+    q = bs.add_parser("e2e", help="TRL's GRPOTrainer vs tailrl (accelerations off) vs tailrl (SAGC + PODS + "
+                      "speculation) on the demo task, same model, hyperparameters and prompt budget")
+    q.set_defaults(run=e2e)
+    q.add_argument("--steps", type=int, default=30, help="steps of 8 prompts x 16 samples (the prompt budget)")
+    q.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N steps")
+    q.add_argument("--systems", nargs="+", default=["trl", "off", "full"], choices=["trl", "off", "full"])
+    q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)
     q.add_argument("--requests", type=int, default=32)
@@ -93,6 +100,20 @@ def spec(a) -> int:
     from tailrl.bench.spec import run_spec_bench
 
     run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
+    return 0
+
+
+def e2e(a) -> int:
+    import importlib.util
+
+    from tailrl.bench.e2e import run_e2e_bench
+
+    if a.steps < 1 or a.eval_every < 1:
+        raise UserError("need --steps >= 1 and --eval-every >= 1")
+    if "trl" in a.systems and not (importlib.util.find_spec("trl") and importlib.util.find_spec("datasets")):
+        raise UserError("the TRL side needs `pip install trl datasets` (or `pip install -e .[e2e]`); "
+                        "or leave it out: --systems off full")
+    run_e2e_bench(a.out_dir, a.steps, a.eval_every, a.systems)
     return 0
 
 

@@ -43,8 +43,8 @@ def _run(model, spec=None, temperature=1.0, max_new=40, **kw):
 @pytest.mark.parametrize("w,temperature", [(2, 1.0), (4, 1.0), (3, 0.0)])
 def test_decoupled_token_identity_and_waste_bound(model, drafts, w, temperature):
     base, base_lp, _, _ = _run(model, temperature=temperature)
-    got, lp, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=w),
-                                  temperature=temperature)
+    got, lp, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=w,
+                                                    gate=False), temperature=temperature)
     spec = engine.speculator
     try:
         assert got == base
@@ -61,8 +61,8 @@ def test_self_draft_is_accepted_and_paced_by_the_window(model, drafts):
     """Keyed drafts of the policy itself always match: no waste, and a round commits w tokens."""
     w = 4
     base, _, _, _ = _run(model, max_new=32)
-    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'self'}", mode="decoupled", window=w),
-                                 max_new=32, kv_cache_tokens=8192)
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'self'}", mode="decoupled", window=w,
+                                                   gate=False), max_new=32, kv_cache_tokens=8192)
     try:
         assert got == base
         assert trace.spec["spec/acceptance_rate"] == 1.0 and trace.spec["spec/decoupled/wasted_tokens"] == 0
@@ -73,12 +73,54 @@ def test_self_draft_is_accepted_and_paced_by_the_window(model, drafts):
         engine.speculator.close()
 
 
-def test_identity_under_preemption(model, drafts):
+@pytest.mark.parametrize("draft", ["other", "self"])
+def test_identity_under_preemption(model, drafts, draft):
+    """A preempted sequence is re-prefilled, which samples a token outside any round: both sides must
+    commit it to the stream, or every later draft is checked one position off (waste with a self-draft)."""
+    w = 3
     base, _, _, _ = _run(model)
-    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=3),
-                                 kv_cache_tokens=96, max_batch_size=3)
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / draft}", mode="decoupled", window=w,
+                                                   gate=False), kv_cache_tokens=96, max_batch_size=3)
     try:
         assert got == base
+        assert trace.preemptions > 0
+        assert engine.speculator.max_waste_per_mismatch() <= 2 * w - 1
+        if draft == "self":
+            assert trace.spec["spec/decoupled/wasted_tokens"] == 0
+    finally:
+        engine.speculator.close()
+
+
+def test_identity_while_requests_change_window_and_mode(model, drafts, monkeypatch):
+    """Alg. 2 moves requests between coupled and decoupled pacing and other windows mid-stream."""
+    import tailrl.engine.spec.decoupled as dec
+    from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+
+    flips = iter(range(10**6))
+    monkeypatch.setattr(dec, "reconfigure", lambda acc, *a: {sid: (2 + next(flips) % 3, ("coupled", "decoupled")[
+        sid % 2]) for sid in acc})
+    base, _, _, _ = _run(model)
+    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=3, gate=False, reconfigure_every=2)
+    engine = Engine(model, EngineConfig(kv_cache_tokens=4096, block_size=4, spec=spec), eos_ids=[2])
+    sp = engine.speculator
+    sp.D, sp.V = DraftCost(1e-3, 0.0), VerifyCost(1e-3, 0.0, 1e-4)  # turn Alg. 2 on (window stays fixed)
+    params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=5)
+    try:
+        outs, trace = engine.generate([Request(p, uid=10 + i, n=4, params=params) for i, p in enumerate(PROMPTS)])
+        assert {(o.uid, o.sample_index): (o.token_ids, o.finish_reason) for o in outs} == base
+        assert trace.spec["spec/decoupled/reconfigured"] > 10
+        assert sp.max_waste_per_mismatch() <= 2 * 4 - 1
+    finally:
+        sp.close()
+
+
+def test_gate_falls_back_to_plain_rounds_and_stays_exact(model, drafts):
+    base, _, _, _ = _run(model)
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=3))
+    try:
+        assert got == base
+        kinds = {s.kind for s in trace.steps}
+        assert "decode" in kinds  # the gate measures plain rounds (each batch-size bucket starts with one)
     finally:
         engine.speculator.close()
 
@@ -200,3 +242,15 @@ def test_runtime_profile_fits_its_rounds(model, drafts):
     assert len(pts["verify"]) >= 8 and pts["draft"]
     assert min(d.alpha, d.slope, v.beta, v.per_request, v.per_token) >= 0 and d(4) > 0 and v(4, 8) > 0
     assert {rows for rows, _, _ in pts["verify"]} >= {2, 6}
+
+
+def test_profile_without_the_needed_core_counts_is_a_clear_error(model, drafts, tmp_path):
+    from tailrl.engine.spec.profile_tgs import save_tgs_profile
+    from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+
+    save_tgs_profile({"drafts": {1: DraftCost(1e-3, 0.0)}, "verifies": {1: VerifyCost(1e-3, 0.0, 0.0)}, "points": {}},
+                     tmp_path / "p.json")
+    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto", draft_cores=1, verify_cores=1,
+                      profile=str(tmp_path / "p.json"))
+    with pytest.raises(UserError, match="no drafts for 2 core"):
+        Engine(model, EngineConfig(spec=spec))

@@ -11,8 +11,10 @@ from tailrl.engine.spec.tgs import (
     DraftCost,
     VerifyCost,
     choose,
+    il_decoupled,
     plan_decoupled,
     reconfigure,
+    slots_decoupled,
     tau_coupled,
     tau_decoupled,
     tgs_coupled,
@@ -63,6 +65,12 @@ def test_alg2_reconfigures_below_average_requests_only():
     # decoupled: at best 1.0345 / 10.117 ms (w = 2): after each mismatch a round without drafts
     assert out[2] == (2, "coupled")
     assert reconfigure({}, d, v) == {}
+    # in a batch of 64 a coupled request sits out every other round: decoupled keeps it, with the window
+    # maximising tau_D / (IL + V'_n slots) (brute force)
+    batch = reconfigure({0: 0.9, 1: 0.9, 2: 0.2}, d, v, cap=8, batch=64, p_batch=0.9, w_batch=3)
+    il = il_decoupled(d, v, 64, 0.9, 3)
+    best = max(range(1, 9), key=lambda w: tau_decoupled(0.2, w) / (il + v.per_token * slots_decoupled(0.2, w)))
+    assert batch == {2: (best, "decoupled")}
 
 
 def test_fit_verify_recovers_coefficients():

@@ -58,6 +58,8 @@ class DecoupledSpeculator:
         try:
             listener._listener._socket.settimeout(120)  # a drafter that dies before connecting: no hang
             self.conn = listener.accept()
+            if not self.conn.poll(600):
+                raise EOFError
             kind, vocab = self.conn.recv()
         except (OSError, EOFError):
             self.close()
@@ -75,12 +77,16 @@ class DecoupledSpeculator:
         self.waste: Counter = Counter()  # (seq id, epoch) -> drafted tokens discarded by that mismatch
         self.counters: Counter = Counter()
         self.rounds = 0
+        self.first_window = plan.w  # the window of a rollout's first round (the large batch)
+        self._skipped: set[int] = set()  # coupled requests that sat out the last round
+        self._awaiting = False  # a round was sent and its reply not yet read
         self.gate = ThroughputGate()  # decoupled vs plain rounds, measured per batch-size bucket
         self.log: list[tuple] | None = None  # per round (rows, verify tokens, verify s, drafted rows, steps, draft s)
         self._threads_before: int | None = None
 
     # -- one round -------------------------------------------------------------------------------
     def decode(self, engine, ready) -> None:
+        self._catch_up(ready)
         if self.cfg.gate and self.gate.slower(len(ready)):  # measured: plain rounds emit more per second here
             return self._plain(engine, ready)
         self._cores(verify=True)
@@ -88,13 +94,14 @@ class DecoupledSpeculator:
             # Alg. 1's window for the batch running now (it shrinks during a rollout); new requests take it,
             # and requests at or above average acceptance move to it
             w = best_window(self.D, self.V, len(ready), self.p, self.cfg.k_max)[0]
+            if self.rounds == 0:
+                self.first_window = w
             if w != self.plan.w:
                 self.plan = replace(self.plan, w=w)
                 for sid, st in self.streams.items():
-                    if st.mode == "decoupled" and st.w != w and self.acceptance(sid) >= self.p:
-                        st.w = w
+                    if (st.w, st.mode) != (w, "decoupled") and self.acceptance(sid) >= self.p:
+                        st.w, st.mode = w, "decoupled"
                         self.ops.append(("cfg", sid, w, st.mode))
-        cache = engine.cache
         t0 = engine._now()
         for s in ready:
             if s.seq_id not in self.streams:
@@ -103,14 +110,27 @@ class DecoupledSpeculator:
                 self.ops.append(("add", s.seq_id, s.request, s.sample_index, list(s.tokens), s.num_prompt,
                                  self._limit(engine, s), st.w, st.mode))
         self.conn.send(("round", self.ops))
-        self.ops = []
+        self.ops, self._awaiting = [], True
+        try:
+            self._verify(engine, ready, t0)
+        except BaseException:
+            if self._awaiting:  # keep the lockstep: the drafter's answer to this round is not left unread
+                self._reply()
+            raise
+
+    def _verify(self, engine, ready, t0: float) -> None:
+        cache = engine.cache
         rows, toks, lrows, ks = [], [], [], []
+        skipped = set()
         for s in ready:
             st = self.streams[s.seq_id]
             left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
             k = max(0, min(st.verify_window(), left - 1))
-            if st.mode == "coupled" and k == 0 and self._limit(engine, s) > st.end:
-                continue  # the barrier: its window is being drafted this round
+            if (st.mode == "coupled" and k == 0 and s.seq_id not in self._skipped
+                    and st.to_draft(self._limit(engine, s)) > 1):
+                skipped.add(s.seq_id)
+                continue  # the barrier: its window is being drafted this round (once: a drafter that
+                # could not draft, e.g. a full draft cache, does not stall it)
             if k:
                 if not cache.can_ensure(s.seq_id, s.num_cached, s.pending + k):
                     k = 0
@@ -147,8 +167,9 @@ class DecoupledSpeculator:
                 if s.seq_id in self.streams:  # still running: tell the drafter, settle the stream
                     self._settle(s.seq_id, *reconcile(st, committed), st.epoch - 1)
                     self.ops.append(("commit", s.seq_id, committed))
+        self._skipped = skipped
         tw = engine._now()
-        kind, chunks, draft_s, steps, drafted_rows = self.conn.recv()
+        kind, chunks, draft_s, steps, drafted_rows = self._reply()
         wait = engine._now() - tw
         self.counters["verify_wait_s"] += wait
         if self.log is not None:  # the runtime's own costs, for `tailrl profile spec` (profile_tgs.py)
@@ -169,7 +190,28 @@ class DecoupledSpeculator:
         if self.D is not None and self.rounds % self.cfg.reconfigure_every == 0:
             self._reconfigure()
         engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens, emitted))
-        self.gate.record("spec", len(ready), emitted, engine._now() - t0)
+        if n_tokens > len(rows):  # a round with drafts in hand: rounds that refill the pipeline are not judged
+            self.gate.record("spec", len(ready), emitted, engine._now() - t0)
+
+    def _reply(self):
+        """The drafter's answer to the round just sent."""
+        try:
+            if not self.conn.poll(600):
+                raise EOFError
+            self._awaiting = False
+            return self.conn.recv()
+        except (EOFError, OSError):
+            raise UserError("the drafter process of decoupled speculation stopped answering") from None
+
+    def _catch_up(self, ready) -> None:
+        """Tokens a sequence gained outside a round (the prefill after a preemption samples one) are
+        committed to its stream like any other, on both sides."""
+        for s in ready:
+            st = self.streams.get(s.seq_id)
+            if st is not None and st.start < len(s.tokens):
+                new = s.tokens[st.start:]
+                self._settle(s.seq_id, *reconcile(st, new), st.epoch - 1)
+                self.ops.append(("commit", s.seq_id, new))
 
     def _plain(self, engine, ready) -> None:
         """A plain decode round on all of this process's cores, the drafter idle; the committed tokens
@@ -177,11 +219,7 @@ class DecoupledSpeculator:
         self._cores(verify=False)
         t0 = engine._now()
         engine._decode(ready)
-        for s in ready:
-            st = self.streams.get(s.seq_id)
-            if st is not None:
-                self._settle(s.seq_id, *reconcile(st, s.tokens[-1:]), st.epoch - 1)
-                self.ops.append(("commit", s.seq_id, s.tokens[-1:]))
+        self._catch_up([s for s in ready if s.finish_reason is None])
         self.gate.record("plain", len(ready), len(ready), engine._now() - t0)
         self.counters["plain_rounds"] += 1
 
@@ -228,7 +266,8 @@ class DecoupledSpeculator:
 
     def _reconfigure(self) -> None:
         acc = {sid: self.acceptance(sid) for sid in self.streams}
-        for sid, (w, mode) in reconfigure(acc, self.D, self.V, self.cfg.k_max).items():
+        for sid, (w, mode) in reconfigure(acc, self.D, self.V, self.cfg.k_max, len(self.streams), self.p,
+                                          self.plan.w).items():
             st = self.streams[sid]
             if (w, mode) != (st.w, st.mode):
                 st.w, st.mode = w, mode
@@ -263,7 +302,8 @@ class DecoupledSpeculator:
         return {"spec/acceptance_rate": c["accepted"] / checked if checked else 0.0,
                 "spec/mean_accepted_len": c["accepted"] / c["rows"] if c["rows"] else 0.0,
                 "spec/drafter_share/draft": 1.0, "spec/bon_requests": 0.0,
-                "spec/decoupled/window": float(self.plan.w), "spec/decoupled/rounds": float(self.rounds),
+                "spec/decoupled/window": float(self.plan.w), "spec/decoupled/window_first": float(self.first_window),
+                "spec/decoupled/rounds": float(self.rounds),
                 "spec/decoupled/wasted_tokens": float(c["wasted"]),
                 "spec/decoupled/max_waste_per_mismatch": float(self.max_waste_per_mismatch()),
                 "spec/decoupled/reconfigured": float(c["reconfigured"]),
@@ -289,6 +329,7 @@ class DecoupledSpeculator:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
 
     def __del__(self):
         try:

@@ -35,12 +35,18 @@ def _costs(engine, cfg, path: str):
     """(drafts, verifies, acceptance) from engine.spec.profile, or a short profile now."""
     from tailrl.engine.spec.profile_tgs import load_tgs_profile, profile_tgs
 
+    G, gd = _resources(cfg)
     if cfg.profile:
         prof = load_tgs_profile(cfg.profile)
     else:
-        G, gd = _resources(cfg)
-        prof = profile_tgs(engine.model, path, [G], batches=(1, 8, 32), windows=(1, 2, 4), reps=2,
+        prof = profile_tgs(engine.model, path, sorted({gd, G}), batches=(1, 8, 32), windows=(1, 2, 4), reps=2,
                            block_size=engine.config.block_size, decoupled=(gd, G - gd))
+    need = {"drafts": {gd, G}, "verifies": {G - gd, G}}
+    missing = [f"{k} for {g} core(s)" for k, gs in need.items() for g in sorted(gs) if g not in prof[k]]
+    if missing:
+        raise UserError(f"the TGS profile {cfg.profile} has no {', '.join(missing)} (profiled: drafts "
+                        f"{sorted(prof['drafts'])}, verifies {sorted(prof['verifies'])}); re-run `tailrl profile spec` "
+                        f"with --threads {G} --draft-cores {gd} --verify-cores {G - gd}")
     p = cfg.acceptance or prof.get("acceptance") or cfg.alpha_prior
     return prof["drafts"], prof["verifies"], p
 
@@ -67,7 +73,8 @@ def _decoupled(engine, cfg, plans=None):
         drafts, verifies, p = plans or _costs(engine, cfg, path)
         plan = plan_decoupled(B, G, [G - gd], {gd: drafts[gd]}, verifies, p, cfg.k_max)
         if plan is None:
-            raise UserError(f"the TGS profile has no costs for {gd} drafting and {G - gd} verifying cores")
+            raise UserError(f"no decoupled plan with {gd} drafting and {G - gd} verifying core(s): the drafter may "
+                            f"use at most as many cores as the verifier (SpecActor Alg. 1)")
         if cfg.window > 0:
             plan = Plan("decoupled", gd, G - gd, cfg.window, B, 1, 0.0, 0.0)
         D, V = drafts[gd], verifies[G - gd]

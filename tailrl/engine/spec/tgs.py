@@ -183,20 +183,32 @@ def choose(B: int, G: int, drafts: dict[int, DraftCost], verifies: dict[int, Ver
 
 
 # -- Alg. 2: per-request reconfiguration -------------------------------------------------------------
-def reconfigure(acceptance: dict[int, float], D: DraftCost, V: VerifyCost, cap: int = 16
-                ) -> dict[int, tuple[int, str]]:
-    """For each request accepting less than the average: argmax over w of the coupled and the
-    decoupled TGS at b = 1 with its own p, the better mode kept. acceptance: request -> p; D, V: the
-    costs of the plan's drafting and verifying resources.
-    Returns request -> (w, "coupled" | "decoupled"); requests at or above average keep the plan."""
+def reconfigure(acceptance: dict[int, float], D: DraftCost, V: VerifyCost, cap: int = 16, batch: int = 1,
+                p_batch: float = 0.5, w_batch: int = 2) -> dict[int, tuple[int, str]]:
+    """Alg. 2: for each request accepting less than the average, the window and mode (coupled or
+    decoupled) with the higher TGS at its own p. acceptance: request -> p; D, V: the costs of the plan's
+    drafting and verifying resources. Returns request -> (w, "coupled" | "decoupled"); requests at or
+    above average keep the plan.
+
+    batch = 1 is the paper's b = 1 comparison: coupled takes w D(1) + V(1, w + 1) per window, decoupled
+    IL_D(1). In a batch the round time IL is the batch's (p_batch, w_batch) and one request only adds
+    its verify tokens to it; a coupled request then sits out every other round (its window is drafted
+    meanwhile), so it yields tau_C per two rounds: tau_C / (2 IL + V'_n (w + 1)) against
+    tau_D / (IL + V'_n slots_D)."""
     if not acceptance:
         return {}
     mean = sum(acceptance.values()) / len(acceptance)
+    il = il_decoupled(D, V, batch, p_batch, w_batch)
     out = {}
     for r, p in acceptance.items():
         if p >= mean:
             continue
-        tc, wc = max((tgs_coupled(D, V, 1, p, w), w) for w in range(1, cap + 1))
-        wd, td = best_window(D, V, 1, p, cap)
+        if batch <= 1:
+            tc, wc = max((tgs_coupled(D, V, 1, p, w), w) for w in range(1, cap + 1))
+            wd, td = best_window(D, V, 1, p, cap)
+        else:
+            tc, wc = max((tau_coupled(p, w) / (2 * il + V.per_token * (w + 1)), w) for w in range(1, cap + 1))
+            td, wd = max((tau_decoupled(p, w) / (il + V.per_token * slots_decoupled(p, w)), w)
+                         for w in range(1, cap + 1))
         out[r] = (wd, "decoupled") if td >= tc else (wc, "coupled")
     return out

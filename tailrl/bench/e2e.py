@@ -1,0 +1,211 @@
+"""`tailrl bench e2e`: one run each of TRL's GRPOTrainer, tailrl with every acceleration off, and tailrl
+with SAGC + PODS + speculation — same tiny model (the demo policy), task (the demo's chained
+arithmetic), hyperparameters and prompt budget — side by side.
+
+Shared: GRPO (group-normalised advantages, PPO clip 0.2, sequence-mean token-mean loss, no KL), lr
+1e-4 constant, AdamW (0.9, 0.999), grad-norm clip 1.0, temperature 1, 160 new tokens, B = 128
+rollouts per step (8 prompts x G = 16), the same prompt budget. TRL uses its default generation
+backend on this CPU (transformers `generate`); tailrl its own engine. Every run is evaluated the same
+way — tailrl's demo evaluation (400 held-out problems, one sample each at temperature 1) every
+`eval_every` steps, outside the step clock; for TRL the current weights are copied into a tailrl
+model for it. Reported: wall-clock per step, rollout share, straggler rate, tail efficiency, reward
+and accuracy after the budget, time to a fixed accuracy, and ratios; plus reward vs wall-clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from tailrl.train.metrics import step_rows
+
+GROUP, PROMPTS, MAX_NEW, LR = 16, 8, 160, 1e-4
+FULL = ["control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
+        "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"]
+
+
+class Evaluator:
+    """The demo trainer's held-out evaluation, for weights from anywhere (HF-named tensors)."""
+
+    def __init__(self, model_dir: Path, run_dir: Path):
+        from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
+        from tailrl.train.trainer import Trainer
+
+        write_splits(run_dir, DEMO_TASK)
+        self.trainer = Trainer(demo_config(model_dir, run_dir, ["train.eval_prompts=400", "train.tensorboard=false"]),
+                               run_dir)
+
+    def __call__(self, named_tensors) -> float:
+        from tailrl.model import load_weights
+
+        load_weights(self.trainer.model, named_tensors)
+        return self.trainer.evaluate()["eval/accuracy"]
+
+
+def run_trl(model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator) -> dict:
+    """TRL's GRPOTrainer on the demo task; per-step wall times from a callback (evaluations excluded)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tailrl.demo.run import DEMO_TASK
+    from tailrl.rewards.demo import demo_arith_reward
+
+    rows = DEMO_TASK.rows(steps * PROMPTS * 2, "train", seed=0)
+    ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
+
+    def demo_arith(prompts, completions, answer, **_):
+        return [demo_arith_reward(p, c, a) for p, c, a in zip(prompts, completions, answer)]
+
+    log: dict = {"step_s": [], "evals": []}
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            log["t"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            log["step_s"].append(time.perf_counter() - log["t"])
+            if state.global_step % eval_every == 0 or state.global_step == steps:
+                log["evals"].append((state.global_step, sum(log["step_s"]),
+                                     evaluator((k, v.detach()) for k, v in model.state_dict().items())))
+
+    cfg = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, num_generations=GROUP,
+                     per_device_train_batch_size=GROUP * PROMPTS, gradient_accumulation_steps=1,
+                     max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, learning_rate=LR,
+                     lr_scheduler_type="constant", loss_type="grpo", beta=0.0, epsilon=0.2, scale_rewards="group",
+                     max_grad_norm=1.0, optim="adamw_torch", weight_decay=0.0, max_steps=steps, logging_steps=1,
+                     save_strategy="no", report_to=[], seed=0, disable_tqdm=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    class Timed(GRPOTrainer):  # the generation share of each step
+        def _generate_single_turn(self, *a, **k):
+            t = time.perf_counter()
+            out = super()._generate_single_turn(*a, **k)
+            log["gen_s"].append(time.perf_counter() - t)
+            return out
+
+    log["gen_s"] = []
+    trainer = Timed(model=model, reward_funcs=demo_arith, args=cfg, train_dataset=ds, processing_class=tok,
+                    callbacks=[Clock()])
+    log["evals"].insert(0, (0, 0.0, evaluator((k, v.detach()) for k, v in model.state_dict().items())))
+    trainer.train()
+    hist = [h for h in trainer.state.log_history if "reward" in h]
+    return {"steps": len(log["step_s"]), "step_s": log["step_s"], "evals": log["evals"],
+            "rewards": [h["reward"] for h in hist], "gen_s": log["gen_s"]}
+
+
+def run_tailrl(model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
+    from tailrl.bench.common import run_demo_training
+
+    rows, _ = run_demo_training(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
+                                                 f"train.eval_every={eval_every}", "train.eval_prompts=400",
+                                                 "train.save_every=0", "train.tensorboard=false"] + overrides)
+    steps = step_rows(rows)
+    evals, t = [], {}
+    for r in steps:
+        t[r["step"]] = r["timing_s/cumulative"]
+    for r in rows:
+        if r.get("eval/accuracy") is not None:
+            evals.append((r["step"], t.get(r["step"], 0.0), r["eval/accuracy"]))
+    return {"steps": len(steps), "step_s": [r["timing_s/step"] for r in steps], "evals": evals,
+            "rewards": [r["reward/mean"] for r in steps], "gen_s": [r["timing_s/gen"] for r in steps],
+            "straggler_rate": statistics.mean(r["rollout/straggler_rate"] for r in steps),
+            "tail_efficiency": statistics.mean(r["rollout/tail_efficiency"] for r in steps),
+            "prompts": sum(r["data/prompts"] for r in steps)}
+
+
+def summarize(r: dict, target: float | None) -> dict:
+    """One run's numbers; s_per_step leaves out the first step (warm-up: allocations, first kernels)."""
+    wall = sum(r["step_s"])
+    reached = next((t for _, t, acc in r["evals"] if acc >= target), None) if target is not None else None
+    n = max(1, len(r["rewards"]) // 5)
+    later = r["step_s"][1:] or r["step_s"]
+    return {"steps": r["steps"], "wall_s": wall, "s_per_step": sum(later) / len(later),
+            "rollout_share": sum(r["gen_s"]) / wall if r["gen_s"] else None,
+            "straggler_rate": r.get("straggler_rate"), "tail_efficiency": r.get("tail_efficiency"),
+            "final_reward": statistics.mean(r["rewards"][-n:]), "accuracy_start": r["evals"][0][2],
+            "accuracy_end": r["evals"][-1][2], "time_to_target_s": reached}
+
+
+def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str]) -> dict:
+    from tailrl.bench.common import demo_policy, write_outputs
+
+    root = Path(out_dir)
+    model_dir = demo_policy()
+    budget = steps * PROMPTS
+    runs = {}
+    t0 = time.perf_counter()
+    if "trl" in systems:
+        evaluator = Evaluator(model_dir, root / "eval")
+        runs["trl"] = run_trl(model_dir, root / "trl", steps, eval_every, evaluator)
+        print(f"trl: {sum(runs['trl']['step_s']):.1f}s of steps ({time.perf_counter() - t0:.0f}s wall)", flush=True)
+    if "off" in systems:
+        runs["off"] = run_tailrl(model_dir, root / "off", budget, eval_every, [])
+        print(f"tailrl off: {sum(runs['off']['step_s']):.1f}s of steps", flush=True)
+    if "full" in systems:
+        runs["full"] = run_tailrl(model_dir, root / "full", budget, eval_every, FULL)
+        print(f"tailrl full: {sum(runs['full']['step_s']):.1f}s of steps", flush=True)
+    start = statistics.mean(r["evals"][0][2] for r in runs.values())
+    gain = max(r["evals"][-1][2] for r in runs.values()) - start
+    target = start + 0.5 * gain if gain > 0 else None  # half the best gain over the start
+    table = {k: summarize(r, target) for k, r in runs.items()}
+    for k, s in table.items():
+        for base in ("trl", "off"):
+            if base in table and k != base:
+                s[f"step_speedup_vs_{base}"] = table[base]["s_per_step"] / s["s_per_step"]
+                s[f"wall_speedup_vs_{base}"] = table[base]["wall_s"] / s["wall_s"]
+                tb, tk = table[base]["time_to_target_s"], s["time_to_target_s"]
+                s[f"time_to_target_speedup_vs_{base}"] = tb / tk if tb and tk else None
+    result = {"steps": steps, "prompt_budget": budget, "eval_every": eval_every, "target_accuracy": target,
+              "runs": table, "curves": {k: {"rewards": r["rewards"], "step_s": r["step_s"], "evals": r["evals"]}
+                                        for k, r in runs.items()}}
+    _plot(runs, root / "e2e_bench.png")
+    write_outputs(root, _markdown(result), result)
+    print(_markdown(result))
+    return result
+
+
+def _plot(runs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    names = {"trl": "TRL GRPOTrainer", "off": "tailrl, accelerations off", "full": "tailrl, SAGC + PODS + speculation"}
+    for k, r in runs.items():
+        t, acc = [], 0.0
+        for s in r["step_s"]:
+            acc += s
+            t.append(acc)
+        ax[0].plot(t, r["rewards"][:len(t)], label=names[k], alpha=0.8)
+        ax[1].plot([e[1] for e in r["evals"]], [e[2] for e in r["evals"]], "o-", label=names[k])
+    ax[0].set(xlabel="wall-clock of the steps (s)", ylabel="training reward", title="reward vs wall-clock")
+    ax[1].set(xlabel="wall-clock of the steps (s)", ylabel="held-out accuracy", title="accuracy vs wall-clock")
+    for a in ax:
+        a.legend(fontsize=8)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _markdown(res: dict) -> str:
+    def f(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+    tgt = f"{res['target_accuracy']:.3f} (half the best gain)" if res["target_accuracy"] is not None else "none (no gain)"
+    lines = [f"Demo task, prompt budget {res['prompt_budget']} ({res['steps']} steps of {PROMPTS} x {GROUP} at G = 16); "
+             f"s / step without the first (warm-up) step; target accuracy {tgt}", "",
+             "| system | steps | s / step | × TRL | × off | rollout share | straggler rate | tail eff. | "
+             "final reward | accuracy start → end | time to target s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k, s in res["runs"].items():
+        lines.append(f"| {k} | {s['steps']} | {s['s_per_step']:.2f} | {f(s.get('step_speedup_vs_trl'), '.2f')} | "
+                     f"{f(s.get('step_speedup_vs_off'), '.2f')} | {f(s['rollout_share'], '.2f')} | "
+                     f"{f(s['straggler_rate'], '.3f')} | {f(s['tail_efficiency'], '.2f')} | {s['final_reward']:.3f} | "
+                     f"{s['accuracy_start']:.3f} → {s['accuracy_end']:.3f} | {f(s['time_to_target_s'], '.1f')} |")
+    return "\n".join(lines)
