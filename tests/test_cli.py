@@ -99,3 +99,28 @@ def test_bench_sagc_bad_candidates_is_one_line(capsys):
     assert "--candidates must be group sizes >= 2 dividing --batch 128" in capsys.readouterr().err
     assert main(["bench", "sagc", "--start-g", "32"]) == 2
     assert "--start-g 32 is not one of --candidates" in capsys.readouterr().err
+
+
+def test_decoupled_generate_and_tgs_profile(model_dir, tmp_path, capsys):
+    """`tailrl profile spec` writes a profile the engine reads; decoupled generation through the CLI gives
+    the same completions as plain decoding (the model drafting for itself)."""
+    prompts = _prompts(tmp_path, ['{"prompt": "abcabcabc"}', '{"prompt": "hello"}'])
+    prof = tmp_path / "tgs.json"
+    assert main(["profile", "spec", "--model", str(model_dir), "--draft", str(model_dir), "--threads", "1",
+                 "--batches", "1", "4", "--windows", "1", "2", "--reps", "1", "--out", str(prof)]) == 0
+    assert {"1"} <= set(json.loads(prof.read_text())["verifies"])
+    outs = {}
+    for name, extra in (("plain", []), ("decoupled", ["--spec", f"draft:{model_dir}", "--engine", "spec.mode=decoupled",
+                                                      "--engine", f"spec.profile={prof}", "--engine", "spec.gate=false"])):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--n", "2",
+                     "--max-new-tokens", "12", "--out", str(out)] + extra) == 0
+        outs[name] = [json.loads(line)["token_ids"] for line in out.read_text().splitlines()]
+    assert outs["decoupled"] == outs["plain"]
+
+
+def test_bench_spec_modes_and_e2e_bad_arguments_are_one_line(capsys):
+    assert main(["bench", "spec", "--mode", "decoupled", "--threads", "1"]) == 2
+    assert "--threads >= 2 (one drafts)" in capsys.readouterr().err
+    assert main(["bench", "e2e", "--steps", "0"]) == 2
+    assert "need --steps >= 1" in capsys.readouterr().err

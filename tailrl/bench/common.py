@@ -18,11 +18,15 @@ def write_outputs(out: Path, md: str, result: dict) -> None:
 
 
 def run_demo_training(model_dir: Path, run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:
-    """Train on the demo task's splits with the demo config + overrides; (metrics rows, wall seconds)."""
+    """Train on the demo task's splits with the demo config + overrides, from scratch (a leftover run in
+    run_dir is removed, not resumed); (metrics rows, wall seconds)."""
+    import shutil
+
     from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
     from tailrl.train.metrics import read_metrics
     from tailrl.train.trainer import Trainer
 
+    shutil.rmtree(run_dir, ignore_errors=True)
     write_splits(run_dir, DEMO_TASK)
     t0 = time.perf_counter()
     Trainer(demo_config(model_dir, run_dir, overrides), run_dir).fit()

@@ -130,9 +130,13 @@ def summarize(r: dict, target: float | None) -> dict:
 
 
 def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str]) -> dict:
+    import shutil
+
     from tailrl.bench.common import demo_policy, write_outputs
 
     root = Path(out_dir)
+    for name in ("trl", "eval"):  # fresh (the tailrl runs clear their own folders)
+        shutil.rmtree(root / name, ignore_errors=True)
     model_dir = demo_policy()
     budget = steps * PROMPTS
     runs = {}
@@ -180,7 +184,11 @@ def _plot(runs: dict, path: Path) -> None:
         for s in r["step_s"]:
             acc += s
             t.append(acc)
-        ax[0].plot(t, r["rewards"][:len(t)], label=names[k], alpha=0.8)
+        y = r["rewards"][:len(t)]
+        k_avg = max(1, min(10, len(y) // 4))  # a moving average over k steps: a step's reward is one batch
+        smooth = [sum(y[max(0, i - k_avg + 1):i + 1]) / len(y[max(0, i - k_avg + 1):i + 1]) for i in range(len(y))]
+        line = ax[0].plot(t, smooth, label=f"{names[k]} ({k_avg}-step mean)")[0]
+        ax[0].plot(t, y, color=line.get_color(), alpha=0.2, lw=0.8)
         ax[1].plot([e[1] for e in r["evals"]], [e[2] for e in r["evals"]], "o-", label=names[k])
     ax[0].set(xlabel="wall-clock of the steps (s)", ylabel="training reward", title="reward vs wall-clock")
     ax[1].set(xlabel="wall-clock of the steps (s)", ylabel="held-out accuracy", title="accuracy vs wall-clock")

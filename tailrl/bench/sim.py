@@ -131,10 +131,7 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
 
     run_dir = Path(trace) if trace else out_dir / "run"
     model_dir = demo_policy()
-    if not trace:
-        import shutil
-
-        shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run: its traces.jsonl holds only this run's rounds
+    if not trace:  # a fresh run (run_demo_training clears the folder): traces.jsonl holds only its rounds
         run_demo_training(model_dir, run_dir, [f"train.total_steps={steps}", "train.eval_every=100000",
                                                "train.tensorboard=false", "train.save_every=0"])
     run_cfg = load_config(run_dir / "config.yaml")

@@ -32,7 +32,8 @@ def _resources(cfg) -> tuple[int, int]:
 
 
 def _costs(engine, cfg, path: str):
-    """(drafts, verifies, acceptance) from engine.spec.profile, or a short profile now."""
+    """(drafts, verifies, acceptance) from engine.spec.profile, or a short profile now. Decoupled needs
+    the costs of its drafting and verifying cores; auto also those of all cores (coupled and plain)."""
     from tailrl.engine.spec.profile_tgs import load_tgs_profile, profile_tgs
 
     G, gd = _resources(cfg)
@@ -41,7 +42,7 @@ def _costs(engine, cfg, path: str):
     else:
         prof = profile_tgs(engine.model, path, sorted({gd, G}), batches=(1, 8, 32), windows=(1, 2, 4), reps=2,
                            block_size=engine.config.block_size, decoupled=(gd, G - gd))
-    need = {"drafts": {gd, G}, "verifies": {G - gd, G}}
+    need = {"drafts": {gd, G}, "verifies": {G - gd, G}} if cfg.mode == "auto" else {"drafts": {gd}, "verifies": {G - gd}}
     missing = [f"{k} for {g} core(s)" for k, gs in need.items() for g in sorted(gs) if g not in prof[k]]
     if missing:
         raise UserError(f"the TGS profile {cfg.profile} has no {', '.join(missing)} (profiled: drafts "
