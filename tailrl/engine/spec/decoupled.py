@@ -9,7 +9,14 @@ was just committed (spec/stream.py). A coupled request (Alg. 2 may switch low-ac
 to it) keeps the barrier: it skips the rounds in which its window is being drafted.
 
 The plan (window, cores) comes from the TGS model (spec/tgs.py, Alg. 1) over a profile; every
-`reconfigure_every` rounds Alg. 2 re-plans the requests accepting less than average.
+`reconfigure_every` rounds the batch's window is re-planned for the batch running then and Alg. 2
+re-plans the requests accepting less than average. With engine.spec.gate (default) a ThroughputGate
+compares measured decoupled and plain rounds per batch-size bucket and runs plain rounds (on all
+cores, the drafter idle) where decoupled ones were slower. Tokens a sequence gains outside a round
+(the re-prefill after a preemption samples one) are committed to both streams first (_catch_up).
+
+On CPU the drafter process is pinned to its cores and the verifier's *calling thread* to the others
+(os.sched_setaffinity pins a thread; torch's worker threads, used when g_verify > 1, are not pinned).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ class DecoupledSpeculator:
                  verify_cost: VerifyCost | None = None, acceptance: float = 0.5):
         self.engine, self.cfg, self.plan = engine, cfg, plan
         self.p = acceptance  # the batch's per-token acceptance the window is planned for
-        self.D, self.V = draft_cost, verify_cost  # b = 1 costs for Alg. 2 (None: no reconfiguration)
+        self.D, self.V = draft_cost, verify_cost  # the plan's costs, for re-planning (None: fixed window)
         p = next(engine.model.parameters())
         self.verify_threads = plan.g_verify
         # on CPU the drafter is pinned to the last g_draft cores and the verifier to the others
