@@ -1,12 +1,12 @@
 """`tailrl bench e2e`: one run each of TRL's GRPOTrainer, tailrl with every acceleration off, and tailrl
-with SAGC + PODS + speculation — same tiny model (the demo policy), task (the demo's chained
-arithmetic), hyperparameters and prompt budget — side by side.
+with SAGC + PODS + speculation — same model, task, hyperparameters and prompt budget — side by side, on
+a workload of bench/e2e_tasks.py (the demo task, or SmolLM2-135M-Instruct on easy sums).
 
-Shared: GRPO (group-normalised advantages, PPO clip 0.2, sequence-mean token-mean loss, no KL), lr
-1e-4 constant, AdamW (0.9, 0.999), grad-norm clip 1.0, temperature 1, 160 new tokens, B = 128
-rollouts per step (8 prompts x G = 16), the same prompt budget. TRL uses its default generation
-backend on this CPU (transformers `generate`); tailrl its own engine. Every run is evaluated the same
-way — tailrl's demo evaluation (400 held-out problems, one sample each at temperature 1) every
+Shared: GRPO (group-normalised advantages, PPO clip 0.2, sequence-mean token-mean loss, no KL), the
+task's lr (constant), AdamW (0.9, 0.999), grad-norm clip 1.0, temperature 1, the task's new tokens, B
+= P x G rollouts per step, the same prompt budget. TRL uses its default generation backend on this CPU
+(transformers `generate`); tailrl its own engine. Every run is evaluated the same way — tailrl's
+trainer evaluation on the task's held-out prompts (one sample each at temperature 1) every
 `eval_every` steps, outside the step clock; for TRL the current weights are copied into a tailrl
 model for it. Reported: wall-clock per step, rollout share, straggler rate, tail efficiency, reward
 and accuracy after the budget, time to a fixed accuracy, and ratios; plus reward vs wall-clock.
@@ -14,26 +14,24 @@ and accuracy after the budget, time to a fixed accuracy, and ratios; plus reward
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from pathlib import Path
 
+from tailrl.bench.e2e_tasks import TASKS, E2ETask, write_data
 from tailrl.train.metrics import step_rows
-
-GROUP, PROMPTS, MAX_NEW, LR = 16, 8, 160, 1e-4
-FULL = ["control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
-        "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"]
 
 
 class Evaluator:
-    """The demo trainer's held-out evaluation, for weights from anywhere (HF-named tensors)."""
+    """The task's trainer evaluation, for weights from anywhere (HF-named tensors)."""
 
-    def __init__(self, model_dir: Path, run_dir: Path):
-        from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
+    def __init__(self, task: E2ETask, model_dir: Path, run_dir: Path):
         from tailrl.train.trainer import Trainer
 
-        write_splits(run_dir, DEMO_TASK)
-        self.trainer = Trainer(demo_config(model_dir, run_dir, ["train.eval_prompts=400", "train.tensorboard=false"]),
+        write_data(task, run_dir)
+        self.trainer = Trainer(task.config(model_dir, run_dir, [f"train.eval_prompts={task.eval_prompts}",
+                                                                "train.eval_every=1", "train.tensorboard=false"]),
                                run_dir)
 
     def __call__(self, named_tensors) -> float:
@@ -43,23 +41,30 @@ class Evaluator:
         return self.trainer.evaluate()["eval/accuracy"]
 
 
-def run_trl(model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator) -> dict:
-    """TRL's GRPOTrainer on the demo task; per-step wall times from a callback (evaluations excluded)."""
+def _text(x) -> str:
+    """A TRL prompt / completion: a string, or chat messages (the last one's content)."""
+    return x if isinstance(x, str) else x[-1]["content"]
+
+
+def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator) -> dict:
+    """TRL's GRPOTrainer on the task; per-step wall times from a callback (evaluations excluded)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tailrl.demo.run import DEMO_TASK
-    from tailrl.rewards.demo import demo_arith_reward
+    from tailrl.rewards import REWARDS
 
-    rows = DEMO_TASK.rows(steps * PROMPTS * 2, "train", seed=0)
-    ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
+    fn = REWARDS[task.reward]
+    rows = task.rows(steps * task.prompts * 2, "train")
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}] if task.chat else r["prompt"],
+                             "answer": r["answer"]} for r in rows])
 
-    def demo_arith(prompts, completions, answer, **_):
-        return [demo_arith_reward(p, c, a) for p, c, a in zip(prompts, completions, answer)]
+    def reward(prompts, completions, answer, **_):
+        return [fn(_text(p), _text(c), a) for p, c, a in zip(prompts, completions, answer)]
 
-    log: dict = {"step_s": [], "evals": []}
+    reward.__name__ = task.reward
+    log: dict = {"step_s": [], "evals": [], "gen_s": []}
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -71,14 +76,6 @@ def run_trl(model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: 
                 log["evals"].append((state.global_step, sum(log["step_s"]),
                                      evaluator((k, v.detach()) for k, v in model.state_dict().items())))
 
-    cfg = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, num_generations=GROUP,
-                     per_device_train_batch_size=GROUP * PROMPTS, gradient_accumulation_steps=1,
-                     max_completion_length=MAX_NEW, temperature=1.0, top_p=1.0, learning_rate=LR,
-                     lr_scheduler_type="constant", loss_type="grpo", beta=0.0, epsilon=0.2, scale_rewards="group",
-                     max_grad_norm=1.0, optim="adamw_torch", weight_decay=0.0, max_steps=steps, logging_steps=1,
-                     save_strategy="no", report_to=[], seed=0, disable_tqdm=True)
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
     class Timed(GRPOTrainer):  # the generation share of each step
         def _generate_single_turn(self, *a, **k):
             t = time.perf_counter()
@@ -86,8 +83,15 @@ def run_trl(model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: 
             log["gen_s"].append(time.perf_counter() - t)
             return out
 
-    log["gen_s"] = []
-    trainer = Timed(model=model, reward_funcs=demo_arith, args=cfg, train_dataset=ds, processing_class=tok,
+    cfg = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, num_generations=task.group,
+                     per_device_train_batch_size=task.group * task.prompts, gradient_accumulation_steps=1,
+                     max_completion_length=task.max_new, temperature=1.0, top_p=1.0, learning_rate=task.lr,
+                     lr_scheduler_type="constant", loss_type="grpo", beta=0.0, epsilon=0.2, scale_rewards="group",
+                     max_grad_norm=1.0, optim="adamw_torch", weight_decay=0.0, max_steps=steps, logging_steps=1,
+                     save_strategy="no", report_to=[], seed=0, disable_tqdm=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    trainer = Timed(model=model, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
                     callbacks=[Clock()])
     log["evals"].insert(0, (0, 0.0, evaluator((k, v.detach()) for k, v in model.state_dict().items())))
     trainer.train()
@@ -96,12 +100,18 @@ def run_trl(model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: 
             "rewards": [h["reward"] for h in hist], "gen_s": log["gen_s"]}
 
 
-def run_tailrl(model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
-    from tailrl.bench.common import run_demo_training
+def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
+    """A fresh tailrl run of the task (the folder is cleared: a leftover run would be resumed)."""
+    from tailrl.train.metrics import read_metrics
+    from tailrl.train.trainer import Trainer
 
-    rows, _ = run_demo_training(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
-                                                 f"train.eval_every={eval_every}", "train.eval_prompts=400",
-                                                 "train.save_every=0", "train.tensorboard=false"] + overrides)
+    shutil.rmtree(out, ignore_errors=True)
+    write_data(task, out)
+    cfg = task.config(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
+                                       f"train.eval_every={eval_every}", f"train.eval_prompts={task.eval_prompts}",
+                                       "train.save_every=0", "train.tensorboard=false"] + overrides)
+    Trainer(cfg, out).fit()
+    rows = read_metrics(out)
     steps = step_rows(rows)
     evals, t = [], {}
     for r in steps:
@@ -129,27 +139,26 @@ def summarize(r: dict, target: float | None) -> dict:
             "accuracy_end": r["evals"][-1][2], "time_to_target_s": reached}
 
 
-def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str]) -> dict:
-    import shutil
+def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str], task_name: str = "demo") -> dict:
+    from tailrl.bench.common import write_outputs
 
-    from tailrl.bench.common import demo_policy, write_outputs
-
+    task = TASKS[task_name]
     root = Path(out_dir)
     for name in ("trl", "eval"):  # fresh (the tailrl runs clear their own folders)
         shutil.rmtree(root / name, ignore_errors=True)
-    model_dir = demo_policy()
-    budget = steps * PROMPTS
+    model_dir = task.model_dir()
+    budget = steps * task.prompts
     runs = {}
     t0 = time.perf_counter()
     if "trl" in systems:
-        evaluator = Evaluator(model_dir, root / "eval")
-        runs["trl"] = run_trl(model_dir, root / "trl", steps, eval_every, evaluator)
+        evaluator = Evaluator(task, model_dir, root / "eval")
+        runs["trl"] = run_trl(task, model_dir, root / "trl", steps, eval_every, evaluator)
         print(f"trl: {sum(runs['trl']['step_s']):.1f}s of steps ({time.perf_counter() - t0:.0f}s wall)", flush=True)
     if "off" in systems:
-        runs["off"] = run_tailrl(model_dir, root / "off", budget, eval_every, [])
+        runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, [])
         print(f"tailrl off: {sum(runs['off']['step_s']):.1f}s of steps", flush=True)
     if "full" in systems:
-        runs["full"] = run_tailrl(model_dir, root / "full", budget, eval_every, FULL)
+        runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, list(task.full))
         print(f"tailrl full: {sum(runs['full']['step_s']):.1f}s of steps", flush=True)
     start = statistics.mean(r["evals"][0][2] for r in runs.values())
     gain = max(r["evals"][-1][2] for r in runs.values()) - start
@@ -162,7 +171,8 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str])
                 s[f"wall_speedup_vs_{base}"] = table[base]["wall_s"] / s["wall_s"]
                 tb, tk = table[base]["time_to_target_s"], s["time_to_target_s"]
                 s[f"time_to_target_speedup_vs_{base}"] = tb / tk if tb and tk else None
-    result = {"steps": steps, "prompt_budget": budget, "eval_every": eval_every, "target_accuracy": target,
+    result = {"task": task_name, "group": task.group, "prompts": task.prompts, "steps": steps, "prompt_budget": budget,
+              "eval_every": eval_every, "target_accuracy": target,
               "runs": table, "curves": {k: {"rewards": r["rewards"], "step_s": r["step_s"], "evals": r["evals"]}
                                         for k, r in runs.items()}}
     _plot(runs, root / "e2e_bench.png")
@@ -206,7 +216,8 @@ def _markdown(res: dict) -> str:
         return format(v, fmt) if isinstance(v, (int, float)) else "—"
 
     tgt = f"{res['target_accuracy']:.3f} (half the best gain)" if res["target_accuracy"] is not None else "none (no gain)"
-    lines = [f"Demo task, prompt budget {res['prompt_budget']} ({res['steps']} steps of {PROMPTS} x {GROUP} at G = 16); "
+    lines = [f"Task {res['task']}, prompt budget {res['prompt_budget']} ({res['steps']} steps of {res['prompts']} x "
+             f"{res['group']} at G = {res['group']}); "
              f"s / step without the first (warm-up) step; target accuracy {tgt}", "",
              "| system | steps | s / step | × TRL | × off | rollout share | straggler rate | tail eff. | "
              "final reward | accuracy start → end | time to target s |",

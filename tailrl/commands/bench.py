@@ -45,9 +45,11 @@ def add(sub) -> None:
     q = bs.add_parser("e2e", help="TRL's GRPOTrainer vs tailrl (accelerations off) vs tailrl (SAGC + PODS + "
                       "speculation) on the demo task, same model, hyperparameters and prompt budget")
     q.set_defaults(run=e2e)
-    q.add_argument("--steps", type=int, default=30, help="steps of 8 prompts x 16 samples (the prompt budget)")
+    q.add_argument("--steps", type=int, default=30, help="steps of P prompts x G samples at the task's G (the prompt budget)")
     q.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N steps")
     q.add_argument("--systems", nargs="+", default=["trl", "off", "full"], choices=["trl", "off", "full"])
+    q.add_argument("--task", default="demo", choices=["demo", "smollm2"],
+                   help="demo: the demo policy on chained arithmetic; smollm2: SmolLM2-135M-Instruct on easy sums")
     q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)
@@ -113,7 +115,7 @@ def e2e(a) -> int:
     if "trl" in a.systems and not (importlib.util.find_spec("trl") and importlib.util.find_spec("datasets")):
         raise UserError("the TRL side needs `pip install trl datasets` (or `pip install -e .[e2e]`); "
                         "or leave it out: --systems off full")
-    run_e2e_bench(a.out_dir, a.steps, a.eval_every, a.systems)
+    run_e2e_bench(a.out_dir, a.steps, a.eval_every, a.systems, a.task)
     return 0
 
 

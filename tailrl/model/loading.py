@@ -104,6 +104,15 @@ def _converted_gguf(folder: Path, gguf_file: str) -> Path:
     return out
 
 
+def hf_folder(ref: str | Path) -> Path:
+    """A plain Hugging Face folder for a model reference (a known name or a GGUF is converted once and
+    cached), for tools that need one (e.g. TRL in `tailrl bench e2e`)."""
+    from tailrl.model.hub import resolve
+
+    folder, gguf_file = resolve(str(ref), None)
+    return _converted_gguf(folder, gguf_file) if gguf_file is not None else folder
+
+
 def load_tokenizer(folder: str | Path, gguf_file: str | None = None):
     from transformers import AutoTokenizer
 

