@@ -301,6 +301,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), cls=C
     return config_from_dict(data, cls)
 
 
+def with_overrides(cfg, overrides: list[str]):
+    """A frozen config with dotted overrides applied (as on the command line)."""
+    tree = to_dict(cfg)
+    for ov in overrides:
+        set_dotted(tree, *parse_override(ov))
+    return config_from_dict(tree, type(cfg))
+
+
 def to_dict(cfg) -> dict:
     def conv(x):
         if isinstance(x, tuple):

@@ -1,5 +1,6 @@
 """What every benchmark shares: the cached warm-start demo policy (`demo_policy`, from the demo), one
-run of the trainer on the demo config with overrides, and writing a benchmark's summary and result."""
+fresh training run (`run_training`; on the demo config with overrides: `run_demo_training`), and
+writing a benchmark's summary and result."""
 
 from __future__ import annotations
 
@@ -17,17 +18,23 @@ def write_outputs(out: Path, md: str, result: dict) -> None:
     (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
 
 
-def run_demo_training(model_dir: Path, run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:
-    """Train on the demo task's splits with the demo config + overrides, from scratch (a leftover run in
-    run_dir is removed, not resumed); (metrics rows, wall seconds)."""
+def run_training(run_dir: Path, write_data, config) -> tuple[list[dict], float]:
+    """One training run from scratch (a leftover run in run_dir is removed, not resumed): write_data(run_dir)
+    writes the splits the config reads; (metrics rows, wall seconds)."""
     import shutil
 
-    from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
     from tailrl.train.metrics import read_metrics
     from tailrl.train.trainer import Trainer
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    write_splits(run_dir, DEMO_TASK)
+    write_data(run_dir)
     t0 = time.perf_counter()
-    Trainer(demo_config(model_dir, run_dir, overrides), run_dir).fit()
+    Trainer(config, run_dir).fit()
     return read_metrics(run_dir), time.perf_counter() - t0
+
+
+def run_demo_training(model_dir: Path, run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:
+    """Train on the demo task's splits with the demo config + overrides, from scratch; (rows, wall s)."""
+    from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
+
+    return run_training(run_dir, lambda d: write_splits(d, DEMO_TASK), demo_config(model_dir, run_dir, overrides))

@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tailrl.bench.e2e_tasks import TASKS, E2ETask, write_data
+from tailrl.bench.e2e_tasks import TASKS, E2ETask
 from tailrl.train.metrics import step_rows
 
 
@@ -29,7 +29,7 @@ class Evaluator:
     def __init__(self, task: E2ETask, model_dir: Path, run_dir: Path):
         from tailrl.train.trainer import Trainer
 
-        write_data(task, run_dir)
+        task.write_data(run_dir)
         self.trainer = Trainer(task.config(model_dir, run_dir, [f"train.eval_prompts={task.eval_prompts}",
                                                                 "train.eval_every=1", "train.tensorboard=false"]),
                                run_dir)
@@ -101,17 +101,13 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
 
 
 def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
-    """A fresh tailrl run of the task (the folder is cleared: a leftover run would be resumed)."""
-    from tailrl.train.metrics import read_metrics
-    from tailrl.train.trainer import Trainer
+    """A fresh tailrl run of the task (bench.common.run_training)."""
+    from tailrl.bench.common import run_training
 
-    shutil.rmtree(out, ignore_errors=True)
-    write_data(task, out)
     cfg = task.config(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
                                        f"train.eval_every={eval_every}", f"train.eval_prompts={task.eval_prompts}",
                                        "train.save_every=0", "train.tensorboard=false"] + overrides)
-    Trainer(cfg, out).fit()
-    rows = read_metrics(out)
+    rows, _ = run_training(out, task.write_data, cfg)
     steps = step_rows(rows)
     evals, t = [], {}
     for r in steps:

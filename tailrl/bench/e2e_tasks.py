@@ -6,8 +6,9 @@
              1..50, B = 16 (4 prompts x G = 4), 48 new tokens, lr 1e-5, reward gsm8k (the last number
              equals the answer), chat-template prompts
 
-A task gives the same model folder to TRL and tailrl, its rows ({prompt, answer}) per split, tailrl's
-config for a run folder, and the overrides of the accelerated ("full") run.
+A task gives the same model folder to TRL and tailrl, the rows ({prompt, answer}) TRL trains on, tailrl's
+config for a run folder and the data splits it reads (the demo's own, with its held-out problems), and
+the overrides of the accelerated ("full") run.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class E2ETask:
     chat: bool                      # prompts go through the tokenizer's chat template
     full: tuple[str, ...]           # overrides of the run with SAGC + PODS + speculation
     model_dir: Callable[[], Path]
-    rows: Callable[[int, str], list[dict]]
+    rows: Callable[[int, str], list[dict]]            # what TRL trains on
     config: Callable[[Path, Path, list[str]], object]  # (model folder, run folder, overrides) -> Config
+    write_data: Callable[[Path], None]                 # run folder -> the data/ splits its config reads
 
 
 def _demo_rows(n: int, split: str) -> list[dict]:
@@ -49,6 +51,12 @@ def _demo_config(model_dir: Path, run_dir: Path, overrides: list[str]):
     from tailrl.demo.run import demo_config
 
     return demo_config(model_dir, run_dir, overrides)
+
+
+def _demo_data(run_dir: Path) -> None:
+    from tailrl.demo.run import DEMO_TASK, write_splits
+
+    write_splits(run_dir, DEMO_TASK)  # the demo's own splits: its held-out 400 problems
 
 
 def _sum_rows(n: int, split: str) -> list[dict]:
@@ -76,10 +84,7 @@ def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
         RewardConfig,
         RolloutConfig,
         TrainConfig,
-        config_from_dict,
-        parse_override,
-        set_dotted,
-        to_dict,
+        with_overrides,
     )
 
     base = Config(
@@ -93,29 +98,25 @@ def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
                           out_dir=str(run_dir.parent), run_name=run_dir.name),
         engine=EngineConfig(kv_cache_tokens=32768, block_size=16),
     )
-    tree = to_dict(base)
-    for ov in overrides:
-        set_dotted(tree, *parse_override(ov))
-    return config_from_dict(tree)
+    return with_overrides(base, overrides)
+
+
+def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:
+    import json
+
+    d = run_dir / "data"
+    d.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _sum_rows(n, split)))
 
 
 TASKS = {
     "demo": E2ETask(16, 8, 160, 1e-4, 400, "demo_arith", False,
                     ("control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
                      "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
-                    _demo_model, _demo_rows, _demo_config),
+                    _demo_model, _demo_rows, _demo_config, _demo_data),
     "smollm2": E2ETask(4, 4, 48, 1e-5, 64, "gsm8k", True,
                        ("control.kind=sagc", "control.candidates=[4,8]", "rollout.group_size=4", "control.delta=0.15",
                         "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
-                       _smollm2_model, _sum_rows, _smollm2_config),
+                       _smollm2_model, _sum_rows, _smollm2_config, _sum_data),
 }
-
-
-def write_data(task: E2ETask, run_dir: Path, n_train: int = 4000) -> None:
-    """run_dir/data/{train,test}.jsonl from the task's rows (what its tailrl config reads)."""
-    import json
-
-    d = run_dir / "data"
-    d.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("test", task.eval_prompts)):
-        (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in task.rows(n, split)))

@@ -23,10 +23,7 @@ from tailrl.config import (
     RewardConfig,
     RolloutConfig,
     TrainConfig,
-    config_from_dict,
-    parse_override,
-    set_dotted,
-    to_dict,
+    with_overrides,
 )
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.warmstart import WarmStartSpec, warm_start
@@ -55,10 +52,7 @@ def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Co
                           eval_prompts=400, save_every=25, out_dir=str(run_dir.parent), run_name=run_dir.name),
         engine=EngineConfig(kv_cache_tokens=65536, block_size=16),
     )
-    tree = to_dict(base)
-    for ov in overrides:
-        set_dotted(tree, *parse_override(ov))
-    return config_from_dict(tree)
+    return with_overrides(base, overrides)
 
 
 def write_splits(run_dir: Path, task: DemoTask, n_train: int = 20000, n_test: int = 400) -> None:

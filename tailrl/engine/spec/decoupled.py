@@ -151,7 +151,8 @@ class DecoupledSpeculator:
         if rows:
             logits = engine.runner.forward([s.seq_id for s in rows], [s.num_cached for s in rows], toks,
                                            logits_rows=lrows)  # (B, R, V)
-            flat_l = torch.cat([logits[b, : k + 1] for b, k in enumerate(ks)])
+            counts = torch.tensor([k + 1 for k in ks], device=logits.device)
+            flat_l = logits[torch.arange(logits.shape[1], device=logits.device) < counts[:, None]]  # (sum k+1, V)
             samples, logps = sample_windows(rows, flat_l, [k + 1 for k in ks], engine.config.sampler)
             samples, logps = samples.tolist(), logps.tolist()
             off = 0

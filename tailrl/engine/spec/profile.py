@@ -16,9 +16,17 @@ import time
 from tailrl.engine.spec.ladder import ALPHAS, Ladder, simulate
 
 
-def _time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3) -> float:
+def time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3, sample: bool = False) -> float:
+    """Median seconds of one target forward over b scratch rows of n new tokens after ctx cached ones;
+    sample: with keyed sampling of every new position (what a verify round computes)."""
+    from tailrl.engine.engine import sample_rows
+
     cache, runner = engine.cache, engine.runner
     sids = list(range(-1000, -1000 - b, -1))
+    seqs = fake_seqs(b, engine.model.args.vocab_size, random.Random(b)) if sample else []
+    flat = [s for s in seqs for _ in range(n)]
+    pos = [ctx + j for _ in seqs for j in range(n)]
+    rows = [list(range(n))] * b if sample else None
     for sid in sids:
         cache.ensure(sid, 0, ctx + n)
     try:
@@ -26,7 +34,9 @@ def _time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3) -> float
         times = []
         for _ in range(reps):
             t = time.perf_counter()
-            runner.forward(sids, [ctx] * b, [[1] * n] * b)
+            logits = runner.forward(sids, [ctx] * b, [[1] * n] * b, logits_rows=rows)
+            if sample:
+                sample_rows(flat, logits.reshape(b * n, -1), pos, engine.config.sampler)[0].tolist()
             times.append(time.perf_counter() - t)
         return statistics.median(times)
     finally:
@@ -34,7 +44,8 @@ def _time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3) -> float
             cache.free(sid)
 
 
-def _fake_seqs(b: int, vocab: int, rng: random.Random):
+def fake_seqs(b: int, vocab: int, rng: random.Random):
+    """b scratch sequences (16 prompt tokens, then a motif repeated: n-gram drafters find matches)."""
     from tailrl.engine.request import Request, SamplingParams
     from tailrl.engine.sequence import Sequence
 
@@ -48,7 +59,7 @@ def _fake_seqs(b: int, vocab: int, rng: random.Random):
 
 
 def _time_drafter(drafter, b: int, k: int, vocab: int) -> float:
-    seqs = _fake_seqs(b, vocab, random.Random(b))
+    seqs = fake_seqs(b, vocab, random.Random(b))
     drafter.propose(seqs, [k] * b)  # warm (indexes, caches)
     t = time.perf_counter()
     props = drafter.propose(seqs, [k] * b)
@@ -66,7 +77,7 @@ def profile_ladder(engine, batches=(1, 2, 4, 8, 16, 32, 64), k_max: int = 8, n_r
     t_fwd = {n: {} for n in range(1, k_max + 2)}
     for n in t_fwd:
         for b in batches:
-            t_fwd[n][b] = _time_forward(engine, b, n)
+            t_fwd[n][b] = time_forward(engine, b, n)
         progress(f"target forward, {n} token(s)/row: " + ", ".join(f"b={b} {t * 1e3:.2f}ms" for b, t in t_fwd[n].items()))
     draft_s = {}
     for name, d in spec.drafters.items():

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from tailrl.engine.spec.cost import fit_affine
+from tailrl.engine.spec.profile import fake_seqs, time_forward
 from tailrl.engine.spec.tgs import DraftCost, VerifyCost
 
 
@@ -42,21 +43,9 @@ def fit_verify(points: list[tuple[int, int, float]]) -> VerifyCost:
         cols.pop(min(range(len(cols)), key=lambda i: coef[i]))
 
 
-def _fake_seqs(b: int, vocab: int, ctx: int = 24):
-    from tailrl.engine.request import Request, SamplingParams
-    from tailrl.engine.sequence import Sequence
-
-    rng = random.Random(b)
-    seqs = []
-    for i in range(b):
-        toks = [rng.randrange(3, vocab) for _ in range(ctx)]
-        seqs.append(Sequence(i, Request(toks, uid=i, params=SamplingParams(temperature=1.0)), 0, 256, toks, ctx))
-    return seqs
-
-
 def time_draft(drafter, b: int, vocab: int, k: int = 4, reps: int = 3) -> float:
     """Median seconds per draft step of `drafter` drafting k tokens for b requests."""
-    seqs = _fake_seqs(b, vocab)
+    seqs = fake_seqs(b, vocab, random.Random(b))
     drafter.propose(seqs, [k] * b)  # warm: allocations, first catch-up
     times = []
     for _ in range(reps):
@@ -65,33 +54,6 @@ def time_draft(drafter, b: int, vocab: int, k: int = 4, reps: int = 3) -> float:
         times.append((time.perf_counter() - t) / k)
     drafter.end_rollout()
     return statistics.median(times)
-
-
-def time_verify(engine, b: int, n_per: int, reps: int = 3, ctx: int = 24) -> float:
-    """Median seconds of one forward over b rows of n_per tokens after ctx cached ones, with keyed
-    sampling of every row position (what a verify round computes)."""
-    from tailrl.engine.engine import sample_rows
-
-    cache, runner = engine.cache, engine.runner
-    seqs = _fake_seqs(b, engine.model.args.vocab_size, ctx)
-    sids = [-1000 - i for i in range(b)]
-    for sid in sids:
-        cache.ensure(sid, 0, ctx + n_per)
-    try:
-        runner.forward(sids, [0] * b, [[1] * ctx] * b)
-        rows = [list(range(n_per))] * b
-        flat = [s for s in seqs for _ in range(n_per)]
-        pos = [ctx + j for _ in seqs for j in range(n_per)]
-        times = []
-        for _ in range(reps + 1):
-            t = time.perf_counter()
-            logits = runner.forward(sids, [ctx] * b, [[1] * n_per] * b, logits_rows=rows)
-            sample_rows(flat, logits.reshape(b * n_per, -1), pos, engine.config.sampler)[0].tolist()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times[1:])
-    finally:
-        for sid in sids:
-            cache.free(sid)
 
 
 def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windows=(1, 2, 4, 6),
@@ -127,7 +89,7 @@ def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windo
             for g in threads:
                 torch.set_num_threads(g)
                 dp = [(float(b), time_draft(drafter, b, vocab, reps=reps)) for b in batches]
-                vp = [(b, b * w, time_verify(engine, b, w, reps)) for b in batches for w in windows]
+                vp = [(b, b * w, time_forward(engine, b, w, 24, reps, sample=True)) for b in batches for w in windows]
                 out["drafts"][g] = DraftCost(*fit_affine(dp))
                 out["verifies"][g] = fit_verify(vp)
                 out["points"][g] = {"draft": dp, "verify": vp}
