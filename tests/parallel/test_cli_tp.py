@@ -63,7 +63,8 @@ def test_torchrun_launch_matches_single_process(model_dir, tmp_path):
     assert main(["generate", *common, "--n", "2", "--out", str(single)]) == 0
     out = tmp_path / "tr.jsonl"
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+    # --standalone: a free rendezvous port (the default 29500 can be taken: a rank then aborts)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                         "tailrl.parallel.torchrun", *common, "--samples", "2", "--switch", "tp2@3:recompute",
                         "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
