@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from tailrl.config import EngineConfig
-from tailrl.engine.keyed import keyed_sample
+from tailrl.engine.keyed import keyed_sample_hashed, position_hash
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.request import Request, Rollout
 from tailrl.engine.runner import ModelRunner
@@ -34,15 +34,26 @@ def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device
                         dtype=torch.long, device=device)
 
 
+def sample_hashes(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
+    """(B,) int64 hashes of sample_keys(seqs, positions): each sequence's fixed key part is hashed once
+    (Sequence.key_prefix), so a step hashes only the positions."""
+    pos = positions if positions is not None else [s.num_generated for s in seqs]
+    pp = torch.tensor([[s.key_prefix, p] for s, p in zip(seqs, pos)], dtype=torch.long, device=device)
+    return position_hash(pp[:, 0], pp[:, 1])
+
+
+def _params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row (temperature (B,), top_k (B,), top_p (B,)) of seqs' sampling parameters, in one transfer."""
+    p = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
+                      for s in seqs], dtype=torch.float64, device=device)
+    return p[:, 0].float(), p[:, 1].long(), p[:, 2].float()
+
+
 def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str):
     """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
     parameters: the engine's sampler, shared with drafters that sample in another process."""
     dev = logits.device
-    keys = sample_keys(seqs, positions, dev)
-    temp = torch.tensor([s.request.params.temperature for s in seqs], device=dev)
-    top_k = torch.tensor([s.request.params.top_k for s in seqs], device=dev)
-    top_p = torch.tensor([s.request.params.top_p for s in seqs], device=dev)
-    return keyed_sample(logits, keys, temp, top_k, top_p, sampler)
+    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *_params(seqs, dev), sampler)
 
 
 def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
@@ -51,12 +62,12 @@ def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int]
     parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
     dev = logits.device
     c = torch.tensor(counts, device=dev)
-    keys = sample_keys(seqs, None, dev).repeat_interleave(c, 0)  # (N, 4)
+    pp = torch.tensor([[s.key_prefix, s.num_generated] for s in seqs], dtype=torch.long,
+                      device=dev).repeat_interleave(c, 0)  # (N, 2)
     start = torch.cumsum(c, 0) - c
-    keys[:, 3] += torch.arange(keys.shape[0], device=dev) - start.repeat_interleave(c)
-    params = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
-                           for s in seqs], dtype=torch.float64, device=dev).repeat_interleave(c, 0)
-    return keyed_sample(logits, keys, params[:, 0].float(), params[:, 1].long(), params[:, 2].float(), sampler)
+    pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
+    temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in _params(seqs, dev))
+    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler)
 
 
 class Engine:

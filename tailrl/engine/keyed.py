@@ -23,9 +23,10 @@ _M32 = 0xFFFFFFFF
 _ROUNDS = (0x9E3779B9, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F, 0x165667B1)
 
 
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 integer finaliser on int64 tensors holding 32-bit values; int64 products wrap,
-    and only their low 32 bits are kept, so results are exact and platform independent."""
+def mix32(x):
+    """lowbias32 integer finaliser on int64 tensors (or Python ints) holding 32-bit values; int64 products
+    wrap, and only their low 32 bits are kept, so results are exact and platform independent, and a
+    Python int gives the same value as a tensor element."""
     x = x & _M32
     x = x ^ (x >> 16)
     x = (x * 0x7FEB352D) & _M32
@@ -34,17 +35,29 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def key_hash(seed: torch.Tensor, uid: torch.Tensor, sample: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """(B,) int64 each -> (B,) int64 32-bit hash of the sampling key."""
+def prefix_hash(seed, uid, sample):
+    """The hash of a key's fixed part (seed, uid, sample index): tensors (B,) or Python ints. A sequence
+    computes it once; each position then costs one mix (position_hash)."""
     h = mix32(seed ^ _ROUNDS[0])
-    for i, part in enumerate((seed >> 32, uid, uid >> 32, sample, pos)):
-        h = mix32(h ^ (part & _M32) ^ _ROUNDS[(i + 1) % len(_ROUNDS)])
+    for i, part in enumerate((seed >> 32, uid, uid >> 32, sample)):
+        h = mix32(h ^ (part & _M32) ^ _ROUNDS[i + 1])
     return h
 
 
+def position_hash(prefix, pos):
+    """prefix_hash (B,) and positions (B,) -> (B,) int64: the 32-bit hash of the whole key."""
+    return mix32(prefix ^ (pos & _M32) ^ _ROUNDS[0])
+
+
+def key_hash(seed: torch.Tensor, uid: torch.Tensor, sample: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 each -> (B,) int64 32-bit hash of the sampling key."""
+    return position_hash(prefix_hash(seed, uid, sample), pos)
+
+
 def uniform_from_hash(h: torch.Tensor, counter: torch.Tensor | int = 0) -> torch.Tensor:
-    """Hash (any shape) and a counter (broadcastable) -> float64 uniforms in (0, 1) with 53 random bits."""
-    a = mix32(h ^ mix32(torch.as_tensor(counter, dtype=torch.int64, device=h.device) * 2 + 1))
+    """Hash (any shape) and a counter (int or broadcastable int64 tensor) -> float64 uniforms in (0, 1)
+    with 53 random bits."""
+    a = mix32(h ^ mix32(counter * 2 + 1))
     b = mix32(a ^ 0x68E31DA4)
     bits = (a >> 5) * (1 << 26) + (b >> 6)  # 27 + 26 = 53 bits
     return (bits.double() + 0.5) / float(1 << 53)
@@ -130,7 +143,13 @@ def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Te
     """logits: (B, V); keys: (B, 4) int64 rows (seed, uid, sample, position).
     Returns (tokens (B,) int64, logprobs (B,) float32). The logprob is that of the sampled token under
     softmax(logits / T) — the temperature-scaled policy the trainer recomputes (before top-k/top-p)."""
-    h = hash_keys(keys)
+    return keyed_sample_hashed(logits, hash_keys(keys), temperature, top_k, top_p, method)
+
+
+def keyed_sample_hashed(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                        top_p: torch.Tensor, method: str = "inverse_cdf") -> tuple[torch.Tensor, torch.Tensor]:
+    """keyed_sample with the keys already hashed: h (B,) int64 = hash_keys(keys) (the engine's path, which
+    hashes each sequence's fixed key part once)."""
     need_k, need_p, any_greedy = _flags(temperature, top_k, top_p)
     x = _scaled(logits, temperature)
     base = x.log_softmax(-1)  # the policy the trainer scores under

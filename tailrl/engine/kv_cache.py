@@ -67,6 +67,16 @@ class PagedKVCache:
         while len(table) < need:
             table.append(self._alloc())
 
+    def writable(self, seq: int, start: int, n_new: int) -> bool:
+        """Positions [start, start + n_new) already lie in blocks this sequence owns alone: ensure() would
+        do nothing (the common decode step, checked without building anything)."""
+        table = self.tables.get(seq)
+        need = -(-(start + n_new) // self.block_size)
+        if table is None or need > len(table):
+            return False
+        rc = self.refcount
+        return all(rc[table[j]] == 1 for j in range(start // self.block_size, need))
+
     def can_ensure(self, seq: int, start: int, n_new: int) -> bool:
         table = self.tables.get(seq, [])
         need = self.blocks_for(start + n_new)

@@ -82,10 +82,13 @@ class Scheduler:
         sequences cannot fit even alone and must be failed by the caller."""
         impossible: list[Sequence] = []
         preempted: set[int] = set()
+        cache = self.cache
         for seq in sorted(self.running, key=lambda s: s.admitted_at):
+            n = seq.pending
+            if cache.writable(seq.seq_id, seq.num_cached, n):
+                continue  # its blocks already hold the next tokens (most decode steps)
             if seq.seq_id in preempted:
                 continue  # preempted below while making room for an older one
-            n = seq.pending
             while not self.cache.can_ensure(seq.seq_id, seq.num_cached, n):
                 victim = max(self.running, key=lambda s: s.admitted_at)
                 if victim is seq and len(self.running) == 1:

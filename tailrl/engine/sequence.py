@@ -23,6 +23,16 @@ class Sequence:
     t_finish: float = 0.0
     admitted_at: int = -1  # admission counter: preemption takes the newest first
     group_parent: Sequence | None = None  # sibling whose prompt KV this one forks instead of prefilling
+    _key_prefix: int | None = field(default=None, repr=False)
+
+    @property
+    def key_prefix(self) -> int:
+        """prefix_hash of this sample's key (seed, uid, sample index), computed once."""
+        if self._key_prefix is None:
+            from tailrl.engine.keyed import prefix_hash
+
+            self._key_prefix = prefix_hash(self.request.params.seed, self.request.uid, self.sample_index)
+        return self._key_prefix
 
     @property
     def num_generated(self) -> int:

@@ -97,3 +97,30 @@ def test_top_p_off_row_is_not_filtered_by_its_batch():
     assert torch.equal(torch.isfinite(batched[0]), torch.isfinite(alone[0]))
     assert torch.allclose(batched[0], alone[0])
 
+
+
+def test_prefix_then_position_hash_equals_the_whole_key_hash():
+    """The engine hashes (seed, uid, sample) once per sequence (Python ints) and the position per step;
+    that must be the same number as hashing the whole key row, for any 64-bit parts."""
+    from tailrl.engine.keyed import hash_keys, position_hash, prefix_hash
+
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randint(-2**62, 2**62, (500, 4), generator=g)
+    keys[:, 3] = keys[:, 3].abs() % 10_000  # positions
+    keys[:5, 0] = torch.tensor([0, -1, 2**32, -2**40, 7])
+    pre = [prefix_hash(int(s), int(u), int(k)) for s, u, k, _ in keys.tolist()]
+    assert torch.equal(position_hash(torch.tensor(pre), keys[:, 3]), hash_keys(keys))
+    assert torch.equal(prefix_hash(keys[:, 0], keys[:, 1], keys[:, 2]), torch.tensor(pre))
+
+
+def test_engine_row_hashes_equal_hashed_sample_keys():
+    from tailrl.engine.engine import sample_hashes, sample_keys
+    from tailrl.engine.keyed import hash_keys
+    from tailrl.engine.request import Request, SamplingParams
+    from tailrl.engine.sequence import Sequence
+
+    seqs = [Sequence(i, Request([1, 2], uid=10**12 + i, params=SamplingParams(seed=-3 + i)), i % 3, 8, [1, 2] + [5] * i, 2)
+            for i in range(7)]
+    assert torch.equal(sample_hashes(seqs), hash_keys(sample_keys(seqs)))
+    pos = [3, 0, 9, 1, 1, 4, 100]
+    assert torch.equal(sample_hashes(seqs, pos), hash_keys(sample_keys(seqs, pos)))
