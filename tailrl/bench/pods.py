@@ -2,7 +2,8 @@
 (PODS paper, single-device setting (a)), same training-time budget, on the embedded demo task.
 
 Reports time to reach 0.99x of GRPO's peak held-out accuracy (PODS Table 3 style) and the three
-down-sampling rules side by side (PODS App. A.3). The time axis is the steps' own wall time
+down-sampling rules side by side (PODS App. A.3), over one or more seeds: the headline is read off the
+seed-mean curves (accuracy and time averaged per evaluation step), the per-seed ratios show the spread. The time axis is the steps' own wall time
 (generation + reward + update), evaluations excluded.
 """
 
@@ -24,8 +25,24 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
     return next((t for t, a in curve if a >= target - 1e-12), None)
 
 
+def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """Seeds' curves evaluated at the same steps -> (mean time, mean accuracy) per evaluation, over the
+    evaluations every seed reached."""
+    k = min(len(c) for c in curves)
+    return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves) / len(curves)) for i in range(k)]
+
+
+def speedups(curves: dict[str, list[tuple[float, float]]], base: str = "grpo_m") -> tuple[float, dict]:
+    """Target = 0.99 x the base run's peak; per run: (time to target or None, speed-up vs base or None)."""
+    target = 0.99 * max(a for _, a in curves[base])
+    t = {name: time_to_reach(c, target) for name, c in curves.items()}
+    return target, {name: (t[name], t[base] / t[name] if t[name] and t[base] else None) for name in curves}
+
+
 def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: float, rules: bool,
-                   extra: list[str]) -> dict:
+                   extra: list[str], seeds: list[int] = (0,)) -> dict:
+    """Every run once per seed (rollout, prompt-order and torch seeds); the headline speed-up is read off the
+    seed-mean curves, the per-seed speed-ups show the spread."""
     from rich.console import Console
 
     from tailrl.bench.common import demo_policy, run_demo_training
@@ -34,45 +51,50 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
     root = Path(out_dir)
     model_dir = demo_policy()
     n = m * ratio
+    runs: dict[str, dict[int, dict]] = {}
+    for seed in seeds:
+        for name, ovs in RUNS if rules else RUNS[:2]:
+            G = n if name.startswith("pods") else m
+            ov = [o.format(m=m, n=n) for o in ovs] + [
+                f"train.rollout_batch_size={prompts * G}", f"train.micro_batch_size={prompts * m}",
+                "train.total_steps=100000", f"train.time_budget_s={budget_s}", "train.eval_every=5",
+                "train.save_every=0", "train.tensorboard=false",
+                f"rollout.seed={seed}", f"data.seed={seed}", f"train.seed={seed}"] + list(extra)
+            console.print(f"[bold]{name}[/bold] seed {seed}: P={prompts}, generate {G}/prompt, train {m}/prompt, "
+                          f"budget {budget_s:.0f}s")
+            rows, wall = run_demo_training(model_dir, root / f"{name}-seed{seed}", ov)
+            curve = [(0.0, rows[0]["eval/accuracy"])] + [(r["timing_s/cumulative"], r["eval/accuracy"]) for r in rows
+                                                        if r.get("eval/accuracy") is not None and r["step"] > 0]
+            upd = [r["timing_s/update"] for r in rows if "timing_s/update" in r]
+            gen = [r["timing_s/gen"] for r in rows if "timing_s/gen" in r]
+            runs.setdefault(name, {})[seed] = {"curve": curve, "steps": len(upd), "peak": max(a for _, a in curve),
+                                               "mean_update_s": sum(upd) / len(upd),
+                                               "mean_gen_s": sum(gen) / len(gen), "wall_s": wall}
+    means = {name: mean_curve([r["curve"] for r in by_seed.values()]) for name, by_seed in runs.items()}
+    target, sp = speedups(means)
+    per_seed = {seed: speedups({name: runs[name][seed]["curve"] for name in runs})[1] for seed in seeds}
     results = {}
-    for name, ovs in RUNS if rules else RUNS[:2]:
-        run_dir = root / name
-        G = n if name.startswith("pods") else m
-        ov = [o.format(m=m, n=n) for o in ovs] + [
-            f"train.rollout_batch_size={prompts * G}", f"train.micro_batch_size={prompts * m}",
-            "train.total_steps=100000", f"train.time_budget_s={budget_s}", "train.eval_every=5",
-            "train.save_every=0", "train.tensorboard=false"] + list(extra)
-        console.print(f"[bold]{name}[/bold]: P={prompts}, generate {G}/prompt, train {m}/prompt, budget {budget_s:.0f}s")
-        rows, wall = run_demo_training(model_dir, run_dir, ov)
-        curve = [(0.0, rows[0]["eval/accuracy"])] + [(r["timing_s/cumulative"], r["eval/accuracy"]) for r in rows
-                                                    if r.get("eval/accuracy") is not None and r["step"] > 0]
-        upd = [r["timing_s/update"] for r in rows if "timing_s/update" in r]
-        gen = [r["timing_s/gen"] for r in rows if "timing_s/gen" in r]
-        results[name] = {"curve": curve, "steps": len(upd), "peak": max(a for _, a in curve),
-                         "mean_update_s": sum(upd) / len(upd), "mean_gen_s": sum(gen) / len(gen),
-                         "wall_s": wall}
-    peak = results["grpo_m"]["peak"]
-    target = 0.99 * peak
-    for r in results.values():
-        r["time_to_target_s"] = time_to_reach(r["curve"], target)
-    base = results["grpo_m"]["time_to_target_s"]
-    summary = {"m": m, "n": n, "prompts_per_step": prompts, "budget_s": budget_s, "grpo_peak": peak,
-               "target": target, "runs": results}
-    for r in results.values():
-        t = r["time_to_target_s"]
-        r["speedup_vs_grpo"] = (base / t) if (t and base) else None
+    for name, by_seed in runs.items():
+        avg = {k: sum(r[k] for r in by_seed.values()) / len(by_seed) for k in ("steps", "mean_update_s", "mean_gen_s")}
+        results[name] = avg | {"mean_curve": means[name], "peak": max(a for _, a in means[name]),
+                               "time_to_target_s": sp[name][0], "speedup_vs_grpo": sp[name][1],
+                               "speedup_per_seed": {s: per_seed[s][name][1] for s in seeds}, "seeds": by_seed}
+    summary = {"m": m, "n": n, "prompts_per_step": prompts, "budget_s": budget_s, "seeds": list(seeds),
+               "grpo_peak": results["grpo_m"]["peak"], "target": target, "runs": results}
     root.mkdir(parents=True, exist_ok=True)
     (root / "pods_bench.json").write_text(json.dumps(summary, indent=1))
     _plot(results, target, root / "pods_bench.png")
-    print(f"target = 0.99 x GRPO peak = {target:.3f}  (m={m}, n={n}, P={prompts}, budget {budget_s:.0f}s)")
-    print(f"{'run':20s} {'steps':>6s} {'peak':>6s} {'t->target s':>12s} {'speed-up':>9s} {'gen s/step':>10s} {'upd s/step':>10s}")
+    print(f"target = 0.99 x GRPO's peak of the seed-mean curve = {target:.3f}  (m={m}, n={n}, P={prompts}, "
+          f"budget {budget_s:.0f}s, seeds {list(seeds)})")
+    print(f"{'run':20s} {'steps':>6s} {'peak':>6s} {'t->target s':>12s} {'speed-up':>9s} {'per seed':>20s} "
+          f"{'gen s/step':>10s} {'upd s/step':>10s}")
+    fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
     for name, r in results.items():
         t = r["time_to_target_s"]
-        sp = r["speedup_vs_grpo"]
         t_txt = f"{t:.1f}" if t else "never"
-        sp_txt = f"{sp:.2f}x" if sp else "-"
-        print(f"{name:20s} {r['steps']:>6d} {r['peak']:>6.3f} {t_txt:>12s} {sp_txt:>9s} "
-              f"{r['mean_gen_s']:>10.2f} {r['mean_update_s']:>10.2f}")
+        seeds_txt = " ".join(fmt(x) for x in r["speedup_per_seed"].values())
+        print(f"{name:20s} {r['steps']:>6.0f} {r['peak']:>6.3f} {t_txt:>12s} {fmt(r['speedup_vs_grpo']):>9s} "
+              f"{seeds_txt:>20s} {r['mean_gen_s']:>10.2f} {r['mean_update_s']:>10.2f}")
     return summary
 
 
@@ -83,8 +105,12 @@ def _plot(results: dict, target: float, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, r in results.items():
-        ax.plot([t for t, _ in r["curve"]], [a for _, a in r["curve"]], "o-", ms=3, label=name)
+    for i, (name, r) in enumerate(results.items()):
+        color = f"C{i}"
+        for run in r["seeds"].values():
+            ax.plot([t for t, _ in run["curve"]], [a for _, a in run["curve"]], "-", color=color, alpha=0.2, lw=0.8)
+        ax.plot([t for t, _ in r["mean_curve"]], [a for _, a in r["mean_curve"]], "o-", ms=3, color=color,
+                label=f"{name} (mean of {len(r['seeds'])})")
     ax.axhline(target, color="gray", ls="--", label="0.99 x GRPO peak")
     ax.set_xlabel("training time (s, evals excluded)")
     ax.set_ylabel("held-out accuracy")

@@ -1,0 +1,23 @@
+"""The PODS benchmark's read-out: seed-mean curves and time to 0.99 x GRPO's peak (hand-computed cases)."""
+
+import pytest
+
+from tailrl.bench.pods import mean_curve, speedups, time_to_reach
+
+
+def test_mean_curve_averages_time_and_accuracy_per_evaluation_and_truncates():
+    a = [(0.0, 0.3), (10.0, 0.4), (20.0, 0.5)]
+    b = [(0.0, 0.3), (14.0, 0.6)]
+    assert mean_curve([a, b]) == [(0.0, 0.3), (12.0, pytest.approx(0.5))]
+
+
+def test_speedups_against_the_base_peak():
+    curves = {"grpo_m": [(0.0, 0.30), (10.0, 0.35), (40.0, 0.40), (60.0, 0.38)],
+              "pods_max_variance": [(0.0, 0.30), (15.0, 0.397), (30.0, 0.41)],
+              "pods_max_reward": [(0.0, 0.30), (30.0, 0.33)]}
+    target, sp = speedups(curves)
+    assert target == pytest.approx(0.396)
+    assert sp["grpo_m"] == (40.0, 1.0)
+    assert sp["pods_max_variance"] == (15.0, pytest.approx(40 / 15))
+    assert sp["pods_max_reward"] == (None, None)
+    assert time_to_reach(curves["grpo_m"], 0.5) is None
