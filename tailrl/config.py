@@ -148,7 +148,11 @@ class TrainConfig:
     time_budget_s: float = 0.0  # also stop once the steps' own time (excluding evals) exceeds this (0 = off)
     prompt_budget: int = 0  # also stop once this many prompts have been drawn (SAGC's fixed prompt budget; 0 = off)
     rollout_batch_size: int = 64  # B rollouts per step = P prompts x G samples (G from the controller)
-    micro_batch_size: int = 8  # sequences per training forward/backward
+    micro_batch_size: int = 8  # sequences per training forward/backward (at most)
+    # padded tokens per training forward/backward (0 = off): rows sorted by length and packed so that rows x
+    # longest row <= this, as veRL's use_dynamic_bsz / ppo_max_token_len_per_gpu; a long tail then stops
+    # padding the whole batch to its longest rollout
+    micro_batch_tokens: int = 0
     lr: float = 1e-6
     weight_decay: float = 0.0
     adam_betas: tuple[float, ...] = (0.9, 0.999)

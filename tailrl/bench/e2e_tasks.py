@@ -94,7 +94,7 @@ def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
         reward=RewardConfig(functions=("gsm8k",)),
         rollout=RolloutConfig(group_size=4, max_new_tokens=48, temperature=1.0, seed=0),
         algo=AlgoConfig(name="grpo"),
-        train=TrainConfig(total_steps=10, rollout_batch_size=16, micro_batch_size=16, lr=1e-5, eval_prompts=64,
+        train=TrainConfig(total_steps=10, rollout_batch_size=16, micro_batch_size=16, micro_batch_tokens=1024, lr=1e-5, eval_prompts=64,
                           out_dir=str(run_dir.parent), run_name=run_dir.name),
         engine=EngineConfig(kv_cache_tokens=32768, block_size=16),
     )

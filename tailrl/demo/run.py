@@ -48,8 +48,8 @@ def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Co
         reward=RewardConfig(functions=("demo_arith",)),
         rollout=RolloutConfig(group_size=16, max_new_tokens=160, temperature=1.0, seed=0),
         algo=AlgoConfig(name="grpo"),
-        train=TrainConfig(total_steps=100, rollout_batch_size=128, micro_batch_size=64, lr=1e-4, eval_every=10,
-                          eval_prompts=400, save_every=25, out_dir=str(run_dir.parent), run_name=run_dir.name),
+        train=TrainConfig(total_steps=100, rollout_batch_size=128, micro_batch_size=64, micro_batch_tokens=1024, lr=1e-4,
+                          eval_every=10, eval_prompts=400, save_every=25, out_dir=str(run_dir.parent), run_name=run_dir.name),
         engine=EngineConfig(kv_cache_tokens=65536, block_size=16),
     )
     return with_overrides(base, overrides)

@@ -21,18 +21,38 @@ class TrainBatch:
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def micro_batches(self, size: int):
-        """Yield (slice, sub-batch) with each sub-batch trimmed to its own longest row."""
-        for start in range(0, self.size, size):
-            sl = slice(start, min(start + size, self.size))
-            lens = self.prompt_lens[sl] + self.completion_mask[sl].sum(-1).long()
-            L = int(lens.max())
-            C = int(self.completion_mask[sl].sum(-1).max())
-            yield sl, TrainBatch(
-                self.input_ids[sl, :L], self.prompt_lens[sl], self.completion_mask[sl, :C], self.advantages[sl], C,
-                None if self.old_logp is None else self.old_logp[sl, :C],
-                None if self.ref_logp is None else self.ref_logp[sl, :C],
+    def micro_batches(self, size: int, max_tokens: int = 0):
+        """Yield (rows, sub-batch), each sub-batch trimmed to its own longest row. rows is a slice of `size`
+        consecutive rows, or with max_tokens > 0 an index tensor of a length-sorted group (length_groups)."""
+        lens = self.prompt_lens + self.completion_mask.sum(-1).long()
+        if max_tokens > 0:
+            groups = [torch.tensor(g, device=lens.device) for g in length_groups(lens.tolist(), size, max_tokens)]
+        else:
+            groups = [slice(s, min(s + size, self.size)) for s in range(0, self.size, size)]
+        for rows in groups:
+            L = int(lens[rows].max())
+            C = int(self.completion_mask[rows].sum(-1).max())
+            yield rows, TrainBatch(
+                self.input_ids[rows, :L], self.prompt_lens[rows], self.completion_mask[rows, :C], self.advantages[rows],
+                C, None if self.old_logp is None else self.old_logp[rows, :C],
+                None if self.ref_logp is None else self.ref_logp[rows, :C],
             )
+
+
+def length_groups(lengths: list[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Row indices grouped for token-budgeted micro-batches: rows sorted by length (ties by index) and cut
+    greedily so that each group has <= max_rows rows and rows x its longest row <= max_tokens (a row longer
+    than the budget goes alone)."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        if cur and (len(cur) >= max_rows or (len(cur) + 1) * lengths[i] > max_tokens):
+            groups.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        groups.append(cur)
+    return groups
 
 
 def make_train_batch(prompts: list[list[int]], completions: list[list[int]], advantages: torch.Tensor,

@@ -37,6 +37,8 @@ def validate(cfg: Config) -> Config:
         raise UserError("data.source is required (a .jsonl/.parquet file, an HF datasets folder or reasoning_gym:<task>)")
     if t.total_steps < 1 or t.micro_batch_size < 1 or t.rollout_batch_size < 1:
         raise UserError("train.total_steps, train.micro_batch_size and train.rollout_batch_size must be >= 1")
+    if t.micro_batch_tokens < 0:
+        raise UserError(f"train.micro_batch_tokens must be >= 0 (0 = off), got {t.micro_batch_tokens}")
     if r.group_size < 1 or t.rollout_batch_size % r.group_size:
         raise UserError(f"rollout.group_size ({r.group_size}) must divide train.rollout_batch_size "
                         f"({t.rollout_batch_size})")

@@ -86,7 +86,7 @@ class Trainer:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.spec = UpdateSpec(cfg.algo.loss_agg, cfg.algo.eps_low, cfg.algo.eps_high, cfg.algo.kl_coef,
                                r.max_new_tokens, t.micro_batch_size, r.temperature if r.temperature > 0 else 1.0,
-                               t.max_grad_norm)
+                               t.max_grad_norm, t.micro_batch_tokens)
         self.step_idx = 0
         self.last_checkpoint: Path | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -168,11 +168,11 @@ class Trainer:
         batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
                                  [r.token_ids for g in groups for r in g.rollouts], adv,
                                  pad_id=self.tokenizer.pad_token_id or 0, device=dev)
-        mb, temp = self.cfg.train.micro_batch_size, self.spec.temperature
+        mb = (self.spec.micro_batch_size, self.spec.temperature, self.spec.micro_batch_tokens)
         if self.reference is not None:
-            batch.ref_logp = batch_logprobs(self.reference, batch, mb, temp)
+            batch.ref_logp = batch_logprobs(self.reference, batch, *mb)
         if self.cfg.algo.ppo_epochs > 1:
-            batch.old_logp = batch_logprobs(self.model, batch, mb, temp)
+            batch.old_logp = batch_logprobs(self.model, batch, *mb)
         out: dict[str, float] = {}
         for _ in range(self.cfg.algo.ppo_epochs):
             out = update_step(self.model, self.optimizer, batch, self.spec)

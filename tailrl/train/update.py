@@ -27,13 +27,15 @@ class UpdateSpec:
     micro_batch_size: int
     temperature: float
     max_grad_norm: float
+    micro_batch_tokens: int = 0  # > 0: token-budgeted, length-sorted micro-batches (TrainBatch.micro_batches)
 
 
 @torch.no_grad()
-def batch_logprobs(model, batch: TrainBatch, micro_batch_size: int, temperature: float) -> torch.Tensor:
+def batch_logprobs(model, batch: TrainBatch, micro_batch_size: int, temperature: float,
+                   micro_batch_tokens: int = 0) -> torch.Tensor:
     """(S, C) completion logprobs without grad (old policy / reference)."""
     out = torch.zeros_like(batch.completion_mask)
-    for sl, mb in batch.micro_batches(micro_batch_size):
+    for sl, mb in batch.micro_batches(micro_batch_size, micro_batch_tokens):
         out[sl, : mb.max_completion] = completion_logprobs(model, mb.input_ids, mb.prompt_lens, mb.max_completion,
                                                            temperature)
     return out
@@ -46,7 +48,7 @@ def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec) -> dict[s
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "ratio": 0.0}
     tokens = max(norm.num_tokens, 1)
     optimizer.zero_grad(set_to_none=True)
-    for _, mb in batch.micro_batches(spec.micro_batch_size):
+    for _, mb in batch.micro_batches(spec.micro_batch_size, spec.micro_batch_tokens):
         logp = completion_logprobs(model, mb.input_ids, mb.prompt_lens, mb.max_completion, spec.temperature)
         old = mb.old_logp if mb.old_logp is not None else logp.detach()
         out = policy_loss(logp, old, mb.advantages, spec.eps_low, spec.eps_high, mb.ref_logp, spec.kl_coef)
