@@ -12,9 +12,9 @@ def add(sub) -> None:
     q = bs.add_parser("pods", help="GRPO (m per prompt) vs GRPO-PODS (n = ratio*m generated, m trained) on the demo task")
     q.set_defaults(run=pods)
     q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
-    q.add_argument("--m", type=int, default=4, help="rollouts trained per prompt")
-    q.add_argument("--ratio", type=int, default=4, help="n / m")
-    q.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    q.add_argument("--m", type=int, default=16, help="rollouts trained per prompt (PODS setting (a): 16)")
+    q.add_argument("--ratio", type=int, default=4, help="n / m (PODS setting (a): n = 64)")
+    q.add_argument("--prompts", type=int, default=4, help="prompts per step (4 x 16 = 64 rows per update)")
     q.add_argument("--budget-s", type=float, default=90.0, help="training-time budget per run")
     q.add_argument("--no-rules", action="store_true", help="skip the max_reward / random side runs")
     q.add_argument("--seeds", type=int, nargs="+", default=[0], help="run everything once per seed; "

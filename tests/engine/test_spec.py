@@ -192,3 +192,22 @@ def test_tree_node_sees_the_window_of_its_sequence_position():
     assert torch.equal(mask[3, :start], mask[1, :start])  # same depth, same context window
     plain = [(start + 1 - k) < window for k in range(start)]
     assert mask[3, :start].tolist() == plain
+
+
+def test_first_speculative_step_waits_for_a_small_batch(model):
+    """Until the speculative path's own overhead is measured, a large batch decodes plainly (a wrong first
+    guess there costs ~0.35 ms a sequence); once a small batch has speculated, large ones may too."""
+    cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, spec=SpecConfig(method="ngram"))
+    engine = Engine(model, cfg, eos_ids=[2])
+    sp = engine.speculator
+    sp.cost.coefficients = sp.plain_step.coefficients = lambda: (1.0, 0.001)  # fixed models: drafting pays
+    sp.measured_slower = lambda batch: False
+    params = SamplingParams(temperature=0.0, max_new_tokens=12, seed=5, ignore_eos=True)
+
+    def kinds(n):
+        _, trace = engine.generate([Request(p, uid=10 + i, n=n, params=params) for i, p in enumerate(PROMPTS)])
+        return {s.kind for s in trace.steps}
+
+    assert "verify" not in kinds(8)  # B = 32 > explore_batch: nothing measured yet
+    assert "verify" in kinds(1)  # B = 4: speculates, and measures its overhead
+    assert "verify" in kinds(8)  # now priced from the measurement

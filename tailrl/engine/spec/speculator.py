@@ -15,7 +15,9 @@ speculative vs plain steps in this batch-size bucket (power of two; a plain step
 and a "slower" verdict expires after `remeasure_after` plain steps), an O(1) prediction at each
 drafter's historical acceptance, and the prediction for the planned windows (forward-cost model +
 drafting + the speculative path's own overhead, all fitted online) against a plain step. Otherwise
-plan() returns None and the engine runs a plain decode step.
+plan() returns None and the engine runs a plain decode step. Until the speculative path's overhead has
+been measured once, speculation is only tried at batches of at most `explore_batch` (the tail, where a
+wrong guess costs a few milliseconds), never first at a large batch, where it costs ~0.35 ms a sequence.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def drafter_names(method: str, draft_model: str) -> list[str]:
 
 
 class Speculator:
-    def __init__(self, engine, cfg, prior_weight: float = 4.0, history_decay: float = 0.99):
+    def __init__(self, engine, cfg, prior_weight: float = 4.0, history_decay: float = 0.99, explore_batch: int = 16):
         self.cfg = cfg
         method, arg = cfg.method, None
         if method.startswith("draft:"):
@@ -61,6 +63,7 @@ class Speculator:
         self.cost.calibrate(engine.runner, engine.cache)  # while the cache is empty
         self.ladder = Ladder.load(cfg.ladder) if cfg.ladder else None
         self.prior_weight, self.decay = prior_weight, history_decay
+        self.explore_batch = explore_batch  # the first speculative step runs at a batch this small or smaller
         self.hist = {n: [cfg.alpha_prior * prior_weight, prior_weight] for n in self.names}  # [accepted, trials]
         self.seq_stats: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
         self.draft_s = {n: 0.0 for n in self.names}  # seconds per proposed token (median of recent calls)
@@ -105,6 +108,8 @@ class Speculator:
         self.last_draft_s = 0.0
         c0, c1 = self.cost.coefficients()
         gate = self.cfg.gate
+        if gate and not self.spec_overhead.fitted() and len(seqs) > self.explore_batch:
+            return None  # the speculative path's own cost is unmeasured: find it where a wrong guess is cheap
         if gate and (self.measured_slower(len(seqs)) or not self._may_pay(len(seqs), sum(s.pending for s in seqs), c0, c1)):
             return None  # O(1) gates: measured slower at this batch size, or predicted not to pay
         self._plans += 1
