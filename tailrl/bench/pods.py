@@ -25,52 +25,74 @@ def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | No
     return next((t for t, a in curve if a >= target - 1e-12), None)
 
 
-def mean_curve(curves: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """Seeds' curves evaluated at the same steps -> (mean time, mean accuracy) per evaluation, over the
-    evaluations every seed reached."""
-    k = min(len(c) for c in curves)
-    return [(sum(c[i][0] for c in curves) / len(curves), sum(c[i][1] for c in curves) / len(curves)) for i in range(k)]
+def mean_curve(evals: list[list[tuple[int, float, float]]]) -> list[tuple[float, float]]:
+    """Seeds' evaluations (step, time, accuracy) -> (mean time, mean accuracy) at every step that all seeds
+    evaluated, in step order (a run's off-grid last evaluation, where its budget ran out, is left out
+    unless every seed has that step)."""
+    common = set.intersection(*({st for st, _, _ in e} for e in evals))
+    by_step = [{st: (t, a) for st, t, a in e} for e in evals]
+    return [(sum(d[st][0] for d in by_step) / len(evals), sum(d[st][1] for d in by_step) / len(evals))
+            for st in sorted(common)]
 
 
 def speedups(curves: dict[str, list[tuple[float, float]]], base: str = "grpo_m") -> tuple[float, dict]:
     """Target = 0.99 x the base run's peak; per run: (time to target or None, speed-up vs base or None)."""
     target = 0.99 * max(a for _, a in curves[base])
     t = {name: time_to_reach(c, target) for name, c in curves.items()}
-    return target, {name: (t[name], t[base] / t[name] if t[name] and t[base] else None) for name in curves}
+    ok = t[base] is not None and t[base] > 0
+    return target, {name: (t[name], t[base] / t[name] if ok and t[name] else None) for name in curves}
+
+
+def run_summary(rows: list[dict], wall: float) -> dict:
+    """One run's evaluations (step, time, accuracy), curve (time, accuracy) and mean step costs."""
+    evals = [(0, 0.0, rows[0]["eval/accuracy"])] + [(r["step"], r["timing_s/cumulative"], r["eval/accuracy"])
+                                                    for r in rows if r.get("eval/accuracy") is not None and r["step"] > 0]
+    upd = [r["timing_s/update"] for r in rows if "timing_s/update" in r]
+    gen = [r["timing_s/gen"] for r in rows if "timing_s/gen" in r]
+    return {"evals": evals, "curve": [(t, a) for _, t, a in evals], "steps": len(upd),
+            "peak": max(a for _, _, a in evals), "mean_update_s": sum(upd) / len(upd),
+            "mean_gen_s": sum(gen) / len(gen), "wall_s": wall}
+
+
+SEED_KEYS = ("rollout.seed", "data.seed", "train.seed")
 
 
 def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: float, rules: bool,
-                   extra: list[str], seeds: list[int] = (0,)) -> dict:
+                   extra: list[str], seeds: list[int] = (0,), reuse: bool = False) -> dict:
     """Every run once per seed (rollout, prompt-order and torch seeds); the headline speed-up is read off the
-    seed-mean curves, the per-seed speed-ups show the spread."""
+    seed-mean curves, the per-seed speed-ups show the spread. reuse: read runs already in out_dir (same
+    settings) instead of training them again."""
     from rich.console import Console
 
     from tailrl.bench.common import demo_policy, run_demo_training
+    from tailrl.errors import UserError
+    from tailrl.train.metrics import read_metrics
 
+    if any(o.split("=", 1)[0] in SEED_KEYS for o in extra):
+        raise UserError(f"set seeds with --seeds, not with overrides ({', '.join(SEED_KEYS)})")
     console = Console(stderr=True)
     root = Path(out_dir)
-    model_dir = demo_policy()
+    model_dir = None if reuse else demo_policy()
     n = m * ratio
     runs: dict[str, dict[int, dict]] = {}
     for seed in seeds:
         for name, ovs in RUNS if rules else RUNS[:2]:
             G = n if name.startswith("pods") else m
+            run_dir = root / f"{name}-seed{seed}"
+            if reuse:
+                if not (run_dir / "metrics.jsonl").is_file():
+                    raise UserError(f"--reuse: no finished run in {run_dir}")
+                runs.setdefault(name, {})[seed] = run_summary(read_metrics(run_dir), float("nan"))
+                continue
             ov = [o.format(m=m, n=n) for o in ovs] + [
                 f"train.rollout_batch_size={prompts * G}", f"train.micro_batch_size={prompts * m}",
                 "train.total_steps=100000", f"train.time_budget_s={budget_s}", "train.eval_every=5",
-                "train.save_every=0", "train.tensorboard=false",
-                f"rollout.seed={seed}", f"data.seed={seed}", f"train.seed={seed}"] + list(extra)
+                "train.save_every=0", "train.tensorboard=false"] + list(extra) + [f"{k}={seed}" for k in SEED_KEYS]
             console.print(f"[bold]{name}[/bold] seed {seed}: P={prompts}, generate {G}/prompt, train {m}/prompt, "
                           f"budget {budget_s:.0f}s")
-            rows, wall = run_demo_training(model_dir, root / f"{name}-seed{seed}", ov)
-            curve = [(0.0, rows[0]["eval/accuracy"])] + [(r["timing_s/cumulative"], r["eval/accuracy"]) for r in rows
-                                                        if r.get("eval/accuracy") is not None and r["step"] > 0]
-            upd = [r["timing_s/update"] for r in rows if "timing_s/update" in r]
-            gen = [r["timing_s/gen"] for r in rows if "timing_s/gen" in r]
-            runs.setdefault(name, {})[seed] = {"curve": curve, "steps": len(upd), "peak": max(a for _, a in curve),
-                                               "mean_update_s": sum(upd) / len(upd),
-                                               "mean_gen_s": sum(gen) / len(gen), "wall_s": wall}
-    means = {name: mean_curve([r["curve"] for r in by_seed.values()]) for name, by_seed in runs.items()}
+            rows, wall = run_demo_training(model_dir, run_dir, ov)
+            runs.setdefault(name, {})[seed] = run_summary(rows, wall)
+    means = {name: mean_curve([r["evals"] for r in by_seed.values()]) for name, by_seed in runs.items()}
     target, sp = speedups(means)
     per_seed = {seed: speedups({name: runs[name][seed]["curve"] for name in runs})[1] for seed in seeds}
     results = {}
@@ -91,7 +113,7 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
     fmt = lambda x: f"{x:.2f}x" if x else "-"  # noqa: E731
     for name, r in results.items():
         t = r["time_to_target_s"]
-        t_txt = f"{t:.1f}" if t else "never"
+        t_txt = f"{t:.1f}" if t is not None else "never"
         seeds_txt = " ".join(fmt(x) for x in r["speedup_per_seed"].values())
         print(f"{name:20s} {r['steps']:>6.0f} {r['peak']:>6.3f} {t_txt:>12s} {fmt(r['speedup_vs_grpo']):>9s} "
               f"{seeds_txt:>20s} {r['mean_gen_s']:>10.2f} {r['mean_update_s']:>10.2f}")

@@ -19,6 +19,8 @@ def add(sub) -> None:
     q.add_argument("--no-rules", action="store_true", help="skip the max_reward / random side runs")
     q.add_argument("--seeds", type=int, nargs="+", default=[0], help="run everything once per seed; "
                    "the speed-up is read off the seed-mean curves")
+    q.add_argument("--reuse", action="store_true", help="read the runs already in --out-dir (same settings) "
+                   "instead of training them again: re-derive the table and plot")
     q.add_argument("--out-dir", default="runs/bench-pods")
     q = bs.add_parser("sagc", help="static G in {4, 8, 16} vs SAGC on the demo task, same prompt budget and B")
     q.set_defaults(run=sagc)
@@ -77,7 +79,7 @@ def pods(a) -> int:
         raise UserError("need --m >= 2, --ratio >= 1, --prompts >= 1, --budget-s > 0")
     if len(set(a.seeds)) != len(a.seeds):
         raise UserError(f"--seeds must be distinct, got {a.seeds}")
-    run_pods_bench(a.out_dir, a.m, a.ratio, a.prompts, a.budget_s, not a.no_rules, a.overrides, a.seeds)
+    run_pods_bench(a.out_dir, a.m, a.ratio, a.prompts, a.budget_s, not a.no_rules, a.overrides, a.seeds, a.reuse)
     return 0
 
 

@@ -28,7 +28,8 @@ from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 
 def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
     """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
-    sequence's next index. The only place keys are made: drafters that sample use it too."""
+    sequence's next index. Keys are made here and, hashed, in sample_hashes (the engine's own path, the
+    same numbers; tested): drafters that sample use these two."""
     pos = positions if positions is not None else [s.num_generated for s in seqs]
     return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
                         dtype=torch.long, device=device)

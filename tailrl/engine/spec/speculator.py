@@ -18,6 +18,7 @@ drafting + the speculative path's own overhead, all fitted online) against a pla
 plan() returns None and the engine runs a plain decode step. Until the speculative path's overhead has
 been measured once, speculation is only tried at batches of at most `explore_batch` (the tail, where a
 wrong guess costs a few milliseconds), never first at a large batch, where it costs ~0.35 ms a sequence.
+A batch that never shrinks to that size (fixed lengths, no tail) therefore never speculates.
 """
 
 from __future__ import annotations
