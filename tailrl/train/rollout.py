@@ -131,3 +131,9 @@ def pods_metrics(phase: RolloutPhase, n: int, m: int) -> dict[str, float]:
     return {"pods/n": float(n), "pods/m": float(m),
             "pods/var_kept_over_var_all": statistics.mean(ratios) if ratios else 0.0,
             "pods/kept_token_frac": kept_tokens / all_tokens if all_tokens else 0.0}
+
+
+def update_time_saved(update_s: float, kept_token_frac: float) -> float:
+    """PODS's estimated update seconds saved this step: the measured update scaled to the completion tokens
+    it did not train on (update time ~ proportional to tokens, as with token-budgeted micro-batches)."""
+    return update_s * (1.0 - kept_token_frac) / kept_token_frac if kept_token_frac > 0 else 0.0

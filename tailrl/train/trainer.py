@@ -33,7 +33,7 @@ from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tailrl.train.metrics import MetricsLogger
 from tailrl.train.recipe import pods_m, validate
-from tailrl.train.rollout import RolloutWorker, pods_metrics, subset
+from tailrl.train.rollout import RolloutWorker, pods_metrics, subset, update_time_saved
 from tailrl.train.update import TrainingDiverged, UpdateSpec, batch_logprobs, update_step
 
 
@@ -143,6 +143,8 @@ class Trainer:
         if phase.groups:
             metrics |= self._update(phase.groups)
         metrics["timing_s/update"] = time.perf_counter() - t1
+        if m is not None:
+            metrics["pods/update_time_saved_s"] = update_time_saved(metrics["timing_s/update"], metrics["pods/kept_token_frac"])
         self.controller.observe([g.lengths for g in phase.generated])
         self.scheduler.step()
         self.step_idx += 1

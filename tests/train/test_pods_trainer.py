@@ -21,7 +21,7 @@ def test_m_equal_n_is_identical_to_plain_grpo(tiny_model_dir, arith_data, tmp_pa
                                                                        "algo.downsample.m": 4})
     a, b = plain.model.state_dict(), pods.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert h2[0]["pods/m"] == 4 and h2[0]["pods/kept_token_frac"] == 1.0
+    assert h2[0]["pods/m"] == 4 and h2[0]["pods/kept_token_frac"] == 1.0 and h2[0]["pods/update_time_saved_s"] == 0.0
 
 
 def test_downsampled_run_trains_on_m(tiny_model_dir, arith_data, tmp_path):
@@ -31,6 +31,9 @@ def test_downsampled_run_trains_on_m(tiny_model_dir, arith_data, tmp_path):
     assert all(len(g.rollouts) == 2 for g in t.last_phase.groups)
     assert all(len(g.full.rollouts) == 4 for g in t.last_phase.groups)
     assert all(h["pods/var_kept_over_var_all"] >= 1.0 - 1e-9 for h in hist if h["pods/var_kept_over_var_all"] > 0)
+    for h in hist:  # the update scaled to the tokens not trained on
+        f = h["pods/kept_token_frac"]
+        assert 0 < f < 1 and h["pods/update_time_saved_s"] == pytest.approx(h["timing_s/update"] * (1 - f) / f)
 
 
 @pytest.mark.parametrize("kw,msg", [
