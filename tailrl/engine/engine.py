@@ -28,8 +28,8 @@ from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 
 def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
     """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
-    sequence's next index. Keys are made here and, hashed, in sample_hashes (the engine's own path, the
-    same numbers; tested): drafters that sample use these two."""
+    sequence's next index. The key's definition (and the tests' oracle); sampling goes through
+    sample_hashes, which hashes the same keys with each sequence's fixed part computed once."""
     pos = positions if positions is not None else [s.num_generated for s in seqs]
     return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
                         dtype=torch.long, device=device)
@@ -37,7 +37,8 @@ def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device
 
 def sample_hashes(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
     """(B,) int64 hashes of sample_keys(seqs, positions): each sequence's fixed key part is hashed once
-    (Sequence.key_prefix), so a step hashes only the positions."""
+    (Sequence.key_prefix), so a step hashes only the positions. uniform_from_hash of these is the uniform
+    the inverse-CDF sampler draws (drafters that sample with the target's randomness use it)."""
     pos = positions if positions is not None else [s.num_generated for s in seqs]
     pp = torch.tensor([[s.key_prefix, p] for s, p in zip(seqs, pos)], dtype=torch.long, device=device)
     return position_hash(pp[:, 0], pp[:, 1])
@@ -193,8 +194,6 @@ class Engine:
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
         """Keyed samples for rows of logits (B, V); positions default to each sequence's next index."""
         return sample_rows(seqs, logits, positions, self.config.sampler)
-
-    sample_keys = staticmethod(sample_keys)  # the module function, reachable from an engine too
 
     def advance(self, seq: Sequence, token: int, logprob: float) -> bool:
         """Append one sampled token; finish the sequence when it stops. Returns whether it finished."""

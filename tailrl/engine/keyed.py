@@ -109,12 +109,6 @@ def hash_keys(keys: torch.Tensor) -> torch.Tensor:
     return key_hash(keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
 
 
-def inverse_cdf_uniforms(keys: torch.Tensor) -> torch.Tensor:
-    """(B, 4) key rows -> (B,) float64: the uniform sample_inverse_cdf draws for each key (drafters that
-    sample with the target's randomness use exactly this)."""
-    return uniform_from_hash(hash_keys(keys))
-
-
 def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """logp: (B, V) processed log-probs; h: (B,) key hashes -> (B,) int64 tokens."""
     u = uniform_from_hash(h)  # (B,)

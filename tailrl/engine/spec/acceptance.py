@@ -31,7 +31,7 @@ def pack(rollouts: list[Rollout], pad: int) -> tuple[torch.Tensor, torch.Tensor]
 def keyed_acceptance(model, rollouts: list[Rollout], seed: int, temperature: float, pad: int,
                      chunk: int = 64) -> float:
     """Fraction of completion positions where the model's keyed inverse-CDF sample (keys (seed, uid,
-    sample index, position), as Engine.sample_keys makes them) equals the token the rollout holds;
+    sample index, position), as engine.sample_keys makes them) equals the token the rollout holds;
     `seed` is the sampling seed the rollouts were generated with."""
     hits = total = 0
     for c in range(0, len(rollouts), chunk):

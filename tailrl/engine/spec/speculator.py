@@ -191,11 +191,11 @@ class Speculator:
         None when the target decodes greedily or samples otherwise."""
         if self.engine.config.sampler != "inverse_cdf" or any(s.request.params.temperature <= 0 for s in seqs):
             return None
-        from tailrl.engine.keyed import inverse_cdf_uniforms
+        from tailrl.engine.engine import sample_hashes
+        from tailrl.engine.keyed import uniform_from_hash
 
         rows = [s for s in seqs for _ in range(k)]
-        keys = self.engine.sample_keys(rows, [s.num_generated + j for s in seqs for j in range(k)])
-        u = inverse_cdf_uniforms(keys).tolist()
+        u = uniform_from_hash(sample_hashes(rows, [s.num_generated + j for s in seqs for j in range(k)])).tolist()
         return [u[i * k:(i + 1) * k] for i in range(len(seqs))]
 
     def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:
