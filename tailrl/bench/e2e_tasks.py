@@ -75,30 +75,14 @@ def _smollm2_model() -> Path:
 
 
 def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
-    from tailrl.config import (
-        AlgoConfig,
-        Config,
-        DataConfig,
-        EngineConfig,
-        ModelConfig,
-        RewardConfig,
-        RolloutConfig,
-        TrainConfig,
-        with_overrides,
-    )
+    from tailrl.demo.run import local_run_config
 
-    base = Config(
-        model=ModelConfig(path=str(model_dir)),
-        data=DataConfig(source=str(run_dir / "data" / "train.jsonl"), eval_source=str(run_dir / "data" / "test.jsonl"),
-                        chat_template=True, seed=0),
-        reward=RewardConfig(functions=("gsm8k",)),
-        rollout=RolloutConfig(group_size=4, max_new_tokens=48, temperature=1.0, seed=0),
-        algo=AlgoConfig(name="grpo"),
-        train=TrainConfig(total_steps=10, rollout_batch_size=16, micro_batch_size=16, micro_batch_tokens=1024, lr=1e-5, eval_prompts=64,
-                          out_dir=str(run_dir.parent), run_name=run_dir.name),
-        engine=EngineConfig(kv_cache_tokens=32768, block_size=16),
-    )
-    return with_overrides(base, overrides)
+    return local_run_config(
+        model_dir, run_dir, overrides, ("gsm8k",), True,
+        rollout=dict(group_size=4, max_new_tokens=48, temperature=1.0, seed=0),
+        train=dict(total_steps=10, rollout_batch_size=16, micro_batch_size=16, micro_batch_tokens=1024, lr=1e-5,
+                   eval_prompts=64),
+        engine=dict(kv_cache_tokens=32768, block_size=16))
 
 
 def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:

@@ -40,19 +40,30 @@ def demo_policy(progress=None) -> Path:
     return warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC, progress=progress)
 
 
-def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Config:
+def local_run_config(model_dir: Path, run_dir: Path, overrides: list[str], reward: tuple[str, ...],
+                     chat_template: bool, rollout: dict, train: dict, engine: dict) -> Config:
+    """GRPO on model_dir for a run in run_dir that reads the splits written to run_dir/data/{train,test}.jsonl
+    (the demo, the benchmarks); rollout / train / engine: those sections' fields, then the overrides."""
     base = Config(
         model=ModelConfig(path=str(model_dir)),
         data=DataConfig(source=str(run_dir / "data" / "train.jsonl"), eval_source=str(run_dir / "data" / "test.jsonl"),
-                        chat_template=False, seed=0),
-        reward=RewardConfig(functions=("demo_arith",)),
-        rollout=RolloutConfig(group_size=16, max_new_tokens=160, temperature=1.0, seed=0),
+                        chat_template=chat_template, seed=0),
+        reward=RewardConfig(functions=reward),
+        rollout=RolloutConfig(**rollout),
         algo=AlgoConfig(name="grpo"),
-        train=TrainConfig(total_steps=100, rollout_batch_size=128, micro_batch_size=64, micro_batch_tokens=1024, lr=1e-4,
-                          eval_every=10, eval_prompts=400, save_every=25, out_dir=str(run_dir.parent), run_name=run_dir.name),
-        engine=EngineConfig(kv_cache_tokens=65536, block_size=16),
+        train=TrainConfig(**train, out_dir=str(run_dir.parent), run_name=run_dir.name),
+        engine=EngineConfig(**engine),
     )
     return with_overrides(base, overrides)
+
+
+def demo_config(model_dir: Path, run_dir: Path, overrides: list[str] = ()) -> Config:
+    return local_run_config(
+        model_dir, run_dir, overrides, ("demo_arith",), False,
+        rollout=dict(group_size=16, max_new_tokens=160, temperature=1.0, seed=0),
+        train=dict(total_steps=100, rollout_batch_size=128, micro_batch_size=64, micro_batch_tokens=1024, lr=1e-4,
+                   eval_every=10, eval_prompts=400, save_every=25),
+        engine=dict(kv_cache_tokens=65536, block_size=16))
 
 
 def write_splits(run_dir: Path, task: DemoTask, n_train: int = 20000, n_test: int = 400) -> None:
