@@ -126,8 +126,7 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
         results.append(row)
         _print(row, modes)
         for e in engines.values():
-            if hasattr(e.speculator, "close"):
-                e.speculator.close()
+            e.close()
     summary = {"threads": threads, "modes": modes, "batches": batches, "max_new": max_new, "repeats": repeats,
                "group": group, "phase_frac": frac, "acceptance": p, "rows": results}
     write_outputs(out, _markdown(summary), summary)

@@ -113,6 +113,11 @@ class Engine:
             else:
                 self.scheduler.add(seq)
 
+    def close(self) -> None:
+        """Release what the engine started besides memory (a decoupled speculator's drafter process)."""
+        if self.speculator is not None:
+            self.speculator.close()
+
     def take_finished(self) -> list[Rollout]:
         """Rollouts finished outside step() (invalid requests fail at add()), handed over once."""
         out, self._finished = self._finished, []

@@ -37,17 +37,13 @@ def keyed_acceptance(model, rollouts: list[Rollout], seed: int, temperature: flo
     for c in range(0, len(rollouts), chunk):
         part = rollouts[c:c + chunk]
         ids, mask = pack(part, pad)
-        logits = model(ids[:, :-1])  # (n, L-1, V)
-        rows, keys, want = [], [], []
-        for i, r in enumerate(part):
-            p = len(r.prompt_ids)
-            rows.append(logits[i, p - 1:p - 1 + len(r.token_ids)])
-            keys += [[seed, r.uid, r.sample_index, j] for j in range(len(r.token_ids))]
-            want += r.token_ids
-        x = torch.cat(rows)  # (N, V)
+        sel = mask.bool()
+        x = model(ids[:, :-1])[sel]  # (N, V): the completion positions, rollout by rollout
+        want = ids[:, 1:][sel]
+        keys = [[seed, r.uid, r.sample_index, j] for r in part for j in range(len(r.token_ids))]
         n = x.shape[0]
         toks, _ = keyed_sample(x, torch.tensor(keys, dtype=torch.long), torch.full((n,), float(temperature)),
                                torch.zeros(n, dtype=torch.long), torch.ones(n), "inverse_cdf")
-        hits += int((toks == torch.tensor(want)).sum())
+        hits += int((toks == want).sum())
         total += n
     return hits / max(total, 1)

@@ -46,7 +46,6 @@ class DecoupledSpeculator:
         self.p = acceptance  # the batch's per-token acceptance the window is planned for
         self.D, self.V = draft_cost, verify_cost  # the plan's costs, for re-planning (None: fixed window)
         p = next(engine.model.parameters())
-        self.verify_threads = plan.g_verify
         # on CPU the drafter is pinned to the last g_draft cores and the verifier to the others
         avail = sorted(os.sched_getaffinity(0))
         on_cpu = p.device.type == "cpu" and not cfg.draft_device and plan.g_draft < len(avail)
@@ -131,10 +130,10 @@ class DecoupledSpeculator:
         skipped = set()
         for s in ready:
             st = self.streams[s.seq_id]
-            left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
-            k = max(0, min(st.verify_window(), left - 1))
+            limit = self._limit(engine, s)
+            k = max(0, min(st.verify_window(), limit - len(s.tokens) - 1))
             if (st.mode == "coupled" and k == 0 and s.seq_id not in self._skipped
-                    and st.to_draft(self._limit(engine, s)) > 1):
+                    and st.to_draft(limit) > 1):
                 skipped.add(s.seq_id)
                 continue  # the barrier: its window is being drafted this round (once: a drafter that
                 # could not draft, e.g. a full draft cache, does not stall it)
@@ -240,7 +239,7 @@ class DecoupledSpeculator:
             if self.verify_cores:
                 self._affinity_before = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, self.verify_cores)
-            torch.set_num_threads(self.verify_threads)
+            torch.set_num_threads(self.plan.g_verify)
         elif not verify and self._threads_before is not None:
             if self._affinity_before:
                 os.sched_setaffinity(0, self._affinity_before)

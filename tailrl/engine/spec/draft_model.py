@@ -30,6 +30,9 @@ class DraftModelDrafter:
     def _sync(self, seq: Sequence) -> int:
         """Cut the draft cache back to its longest prefix shared with seq.tokens, leaving >= 1 token to feed."""
         ctx = self._ctx.setdefault(seq.seq_id, [])
+        m = len(ctx)
+        if m < len(seq.tokens) and seq.tokens[:m] == ctx:
+            return m  # the usual round: the cache holds a prefix of the sequence (one C-level compare)
         n = 0
         limit = min(len(ctx), len(seq.tokens) - 1)
         while n < limit and ctx[n] == seq.tokens[n]:

@@ -40,8 +40,10 @@ def _costs(engine, cfg, path: str):
     if cfg.profile:
         prof = load_tgs_profile(cfg.profile)
     else:
-        prof = profile_tgs(engine.model, path, sorted({gd, G}), batches=(1, 8, 32), windows=(1, 2, 4), reps=2,
-                           block_size=engine.config.block_size, decoupled=(gd, G - gd))
+        # the decoupled split's D and V come from its own runtime profile; kernels only for all G cores
+        # (coupled and plain, which auto compares against)
+        prof = profile_tgs(engine.model, path, [G] if cfg.mode == "auto" else [], batches=(1, 8, 32),
+                           windows=(1, 2, 4), reps=2, block_size=engine.config.block_size, decoupled=(gd, G - gd))
     need = {"drafts": {gd, G}, "verifies": {G - gd, G}} if cfg.mode == "auto" else {"drafts": {gd}, "verifies": {G - gd}}
     missing = [f"{k} for {g} core(s)" for k, gs in need.items() for g in sorted(gs) if g not in prof[k]]
     if missing:

@@ -19,13 +19,11 @@ from tailrl.engine.spec.ladder import ALPHAS, Ladder, simulate
 def time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3, sample: bool = False) -> float:
     """Median seconds of one target forward over b scratch rows of n new tokens after ctx cached ones;
     sample: with keyed sampling of every new position (what a verify round computes)."""
-    from tailrl.engine.engine import sample_rows
+    from tailrl.engine.engine import sample_windows
 
     cache, runner = engine.cache, engine.runner
     sids = list(range(-1000, -1000 - b, -1))
     seqs = fake_seqs(b, engine.model.args.vocab_size, random.Random(b)) if sample else []
-    flat = [s for s in seqs for _ in range(n)]
-    pos = [ctx + j for _ in seqs for j in range(n)]
     rows = [list(range(n))] * b if sample else None
     for sid in sids:
         cache.ensure(sid, 0, ctx + n)
@@ -36,7 +34,7 @@ def time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3, sample: b
             t = time.perf_counter()
             logits = runner.forward(sids, [ctx] * b, [[1] * n] * b, logits_rows=rows)
             if sample:
-                sample_rows(flat, logits.reshape(b * n, -1), pos, engine.config.sampler)[0].tolist()
+                sample_windows(seqs, logits.reshape(b * n, -1), [n] * b, engine.config.sampler)[0].tolist()
             times.append(time.perf_counter() - t)
         return statistics.median(times)
     finally:

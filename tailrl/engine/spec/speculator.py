@@ -246,6 +246,9 @@ class Speculator:
         for d in self.drafters.values():
             d.release(seq)
 
+    def close(self) -> None:
+        """Nothing outlives the engine here (the decoupled speculator stops its drafter process)."""
+
     def end_rollout(self) -> None:
         for d in self.drafters.values():
             d.end_rollout()

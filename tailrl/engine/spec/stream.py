@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MODES = ("decoupled", "coupled")
-
 
 @dataclass
 class Stream:

@@ -53,10 +53,6 @@ class VerifyCost:
     def __call__(self, b: float, n: float) -> float:
         return self.beta + b * self.per_request + n * self.per_token
 
-    def window(self, w: int) -> DraftCost:
-        """The paper's per-window form V_w(b) = beta_w + b * V'_w (every request verifies w tokens)."""
-        return DraftCost(self.beta, self.per_request + w * self.per_token)
-
 
 # -- expected tokens ---------------------------------------------------------------------------------
 def tau_coupled(p: float, w: int) -> float:
@@ -134,10 +130,6 @@ class Plan:
     groups: int        # independent groups the resources form
     tgs: float         # tokens per second per request
     throughput: float  # tokens per second, all groups
-
-    def row(self) -> dict:
-        return dict(self.__dict__)
-
 
 def plan_decoupled(B: int, G: int, verify_configs: list[int], drafts: dict[int, DraftCost],
                    verifies: dict[int, VerifyCost], p: float, cap: int = 16) -> Plan | None:
