@@ -1,6 +1,6 @@
 """What every benchmark shares: the cached warm-start demo policy (`demo_policy`, from the demo), one
-fresh training run (`run_training`; on the demo config with overrides: `run_demo_training`), and
-writing a benchmark's summary and result."""
+fresh training run (`run_training`; on the demo config with overrides: `run_demo_training`), the time a
+curve first reaches an accuracy (`time_to_reach`), and writing a benchmark's summary and result."""
 
 from __future__ import annotations
 
@@ -9,6 +9,11 @@ import time
 from pathlib import Path
 
 from tailrl.demo.run import demo_policy  # noqa: F401  (re-exported for the benchmarks)
+
+
+def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
+    """First time at which accuracy >= target (curve: (time, accuracy) in time order)."""
+    return next((t for t, a in curve if a >= target - 1e-12), None)
 
 
 def write_outputs(out: Path, md: str, result: dict) -> None:

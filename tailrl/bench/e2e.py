@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from tailrl.bench.common import time_to_reach
 from tailrl.bench.e2e_tasks import TASKS, E2ETask
 from tailrl.train.metrics import step_rows
 
@@ -125,7 +126,7 @@ def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_ever
 def summarize(r: dict, target: float | None) -> dict:
     """One run's numbers; s_per_step leaves out the first step (warm-up: allocations, first kernels)."""
     wall = sum(r["step_s"])
-    reached = next((t for _, t, acc in r["evals"] if acc >= target), None) if target is not None else None
+    reached = time_to_reach([(t, acc) for _, t, acc in r["evals"]], target) if target is not None else None
     n = max(1, len(r["rewards"]) // 5)
     later = r["step_s"][1:] or r["step_s"]
     return {"steps": r["steps"], "wall_s": wall, "s_per_step": sum(later) / len(later),

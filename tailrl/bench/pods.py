@@ -12,17 +12,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tailrl.bench.common import time_to_reach
+
 RUNS = [  # (name, overrides)
     ("grpo_m", ["rollout.group_size={m}"]),
     ("pods_max_variance", ["rollout.group_size={n}", "algo.downsample.rule=max_variance", "algo.downsample.m={m}"]),
     ("pods_max_reward", ["rollout.group_size={n}", "algo.downsample.rule=max_reward", "algo.downsample.m={m}"]),
     ("pods_random", ["rollout.group_size={n}", "algo.downsample.rule=random", "algo.downsample.m={m}"]),
 ]
-
-
-def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
-    """First time at which accuracy >= target (curve: (time, accuracy) in time order)."""
-    return next((t for t, a in curve if a >= target - 1e-12), None)
 
 
 def mean_curve(evals: list[list[tuple[int, float, float]]]) -> list[tuple[float, float]]:
