@@ -102,6 +102,7 @@ class RewardConfig:
     functions: tuple[str, ...] = ("math",)  # registry names (math | gsm8k | boxed | format | ...) or module:function
     weights: tuple[float, ...] = ()  # one per function (default 1.0 each)
     timeout_s: float = 10.0  # per call; a timeout scores 0 and is counted
+    workers: int = 0  # reward processes scoring each group as it finishes (0: in-process threads, one call at a time)
 
 
 @dataclass(frozen=True)
