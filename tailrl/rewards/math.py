@@ -5,7 +5,7 @@ return 1.0 or 0.0. A missing ground truth raises, which `Reward` scores 0 and co
 
 math-verify guards its own parsing with signal.alarm, which only works in the main thread; rewards
 run in a worker thread (see timeout.py), so its timeouts are switched off here and `Reward`'s
-per-call timeout bounds the time instead.
+per-call timeout bounds the time instead (`RewardPool`'s, pool.py, when they run in worker processes).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _as_latex(answer: str) -> str:
 def _math_verify():
     """Import math-verify on first use (it pulls in sympy: ~1 s with the first parse) and silence its
     one-time warning that its own timeouts are off: we disable them on purpose (see module docstring)."""
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # lazy: sympy takes ~1 s; loaded once, by prepare()
 
     for name in ("math_verify.parser", "math_verify.grader"):
         logging.getLogger(name).addFilter(_drop_timeout_disabled_warning)

@@ -1,0 +1,150 @@
+"""Fused LM head + chosen-token log-softmax, chunk by chunk: the training forward's last step without
+(N, V) logits.
+
+Flow: training forward (decoder -> final-norm hidden at the completion positions) -> *logprobs* (here)
+-> policy loss (tailrl/algo/losses.py) -> backward. Today the model's LM head returns (S, C, V) logits and
+`token_logprobs` takes their fp32 log-softmax; autograd then keeps an (S, C, V) fp32 tensor for backward
+(3.2 GB at 64 x 256 tokens, V = 49,152) and builds two more of the same size in backward. Here the LM head
+and the log-softmax run on `chunk_rows` rows at a time; forward keeps only the per-row logsumexp, and
+backward recomputes each chunk's logits (one extra LM-head matmul, the Liger-kernel trade), so memory is
+O(chunk_rows x V) whatever N is.
+
+How `completion_logprobs` calls it (the model returns final-norm hidden states instead of logits):
+
+    h = model(input_ids, logits_index=idx, <return hidden>)       # (S, C, Hd) at the predicting positions
+    head = model.lm_head
+    w = head.tied.weight if head.tied is not None else head.weight  # (V, Hd), tied or not
+    lp = chunked_token_logprobs(h.flatten(0, 1), w, targets.flatten(), temperature).view(S, C)
+
+which equals `token_logprobs(model(input_ids, logits_index=idx), targets, temperature)` (tp = 1).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype F.linear would run in: autocast's when it is on for t's device, else t's own."""
+    dev = t.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else t.dtype
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Softmax precision: fp32, as token_logprobs' .float(); fp64 inputs stay fp64 (exact-maths tests)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class _ChunkBuffers:
+    """One (c, V) logits buffer in the softmax dtype (+ one in the matmul dtype when they differ), reused
+    by every chunk: a fresh 100+ MB tensor per chunk is a fresh mmap on a CPU, i.e. page faults each time."""
+
+    def __init__(self, rows: int, vocab: int, dtype: torch.dtype, device: torch.device):
+        self.acc = torch.empty(rows, vocab, dtype=_acc_dtype(dtype), device=device)
+        self.low = torch.empty(rows, vocab, dtype=dtype, device=device) if dtype != self.acc.dtype else None
+
+    def logits(self, h, w, b, temperature: float) -> torch.Tensor:
+        """h: (c, Hd), w: (V, Hd), b: (V,) or None, all in the matmul dtype -> (c, V) logits / temperature
+        in the softmax dtype, a view of the buffer (overwritable in place). The same ops and rounding as
+        F.linear(h, w, b).float() / T: the matmul in the input dtype, as the LM head does, then fp32."""
+        c = h.shape[0]
+        mm = self.acc[:c] if self.low is None else self.low[:c]
+        if b is None:
+            torch.mm(h, w.t(), out=mm)
+        else:
+            torch.addmm(b, h, w.t(), out=mm)  # what F.linear runs with a bias
+        out = mm if self.low is None else self.acc[:c].copy_(mm)
+        if temperature != 1.0:
+            out.div_(temperature)
+        return out
+
+    def low_precision(self, x: torch.Tensor) -> torch.Tensor:
+        """(c, V) softmax-dtype -> the matmul dtype, into the second buffer (x itself when they agree)."""
+        return x if self.low is None else self.low[: x.shape[0]].copy_(x)
+
+
+class _ChunkedTokenLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_rows):
+        """hidden: (N, Hd), weight: (V, Hd), bias: (V,) or None, targets: (N,) int64 -> (N,) fp32."""
+        dtype = _compute_dtype(hidden)
+        N = hidden.shape[0]
+        acc = _acc_dtype(dtype)
+        out = torch.empty(N, dtype=acc, device=hidden.device)
+        lse = torch.empty(N, dtype=acc, device=hidden.device)  # the only per-row state kept
+        # Autocast off inside: the casts are explicit, so backward (run without autocast) repeats them.
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
+            buf = _ChunkBuffers(min(chunk_rows, N), weight.shape[0], dtype, hidden.device)
+            for s in range(0, N, chunk_rows):
+                e = min(s + chunk_rows, N)
+                logits = buf.logits(hidden[s:e].to(dtype), w, b, temperature)  # (c, V)
+                tgt = logits.gather(1, targets[s:e, None]).squeeze(1)  # (c,)
+                m = logits.amax(1)  # (c,)
+                # log_softmax's own order: (x_t - max) - log(sum exp(x - max)); exp in place, no 2nd (c, V).
+                log_z = logits.sub_(m[:, None]).exp_().sum(1).log_()
+                out[s:e] = (tgt - m) - log_z
+                lse[s:e] = m + log_z
+        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.dtype, ctx.temperature, ctx.chunk_rows = dtype, temperature, chunk_rows
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        """grad_out: (N,) -> grads of hidden (N, Hd), weight (V, Hd), bias (V,); dL/dlogits of a row is
+        g / T * (onehot(target) - softmax), formed one chunk at a time from the recomputed logits."""
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        dtype, T, rows = ctx.dtype, ctx.temperature, ctx.chunk_rows
+        N = hidden.shape[0]
+        acc = _acc_dtype(dtype)
+        g = grad_out.to(acc) / T  # (N,)
+        gh = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device) if need_h else None
+        # fp32 accumulators across chunks: summing bf16 partial products chunk by chunk would lose bits.
+        gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
+        gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if need_b else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
+            buf = _ChunkBuffers(min(rows, N), weight.shape[0], dtype, hidden.device)
+            for s in range(0, N, rows):
+                e = min(s + rows, N)
+                h = hidden[s:e].to(dtype)
+                gc = g[s:e, None]  # (c, 1)
+                p = buf.logits(h, w, b, T).sub_(lse[s:e, None]).exp_()  # (c, V) softmax
+                p.mul_(-gc).scatter_add_(1, targets[s:e, None], gc)  # (c, V) dL/dlogits, in place
+                if need_b:
+                    gb += p.sum(0)
+                p = buf.low_precision(p)  # as the reference: the grad through .float() is cast back to bf16
+                if need_h:
+                    gh[s:e] = p @ w
+                if need_w:
+                    if dtype == acc:
+                        gw.addmm_(p.t(), h)
+                    else:
+                        gw += (p.t() @ h).to(acc)
+        gw = gw.to(weight.dtype) if need_w else None
+        gb = gb.to(bias.dtype) if need_b else None
+        return gh, gw, gb, None, None, None
+
+
+def chunked_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                           temperature: float = 1.0, bias: torch.Tensor | None = None,
+                           chunk_rows: int = 1024) -> torch.Tensor:
+    """hidden: (N, Hd) any float dtype (or (..., Hd)); weight: (V, Hd), the LM head in nn.Linear layout
+    (may be the tied embedding); targets: (N,) (or (...)) int; bias: (V,) or None.
+    Returns (N,) (or (...)) fp32 log_softmax((hidden @ weight.T + bias).float() / temperature)[target],
+    i.e. `token_logprobs(F.linear(hidden, weight, bias), targets, temperature)`, differentiable in hidden,
+    weight and bias, with peak memory O(chunk_rows x V) instead of O(N x V). (fp64 inputs keep fp64
+    throughout and return fp64: for exact-maths tests.) Under autocast the head matmul runs in autocast's
+    dtype, as F.linear's would; gradients come back in each input's own dtype."""
+    if hidden.shape[:-1] != targets.shape:
+        raise ValueError(f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} disagree")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    out = _ChunkedTokenLogprob.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias,
+                                     targets.reshape(-1).long(), float(temperature), int(chunk_rows))
+    return out.view(targets.shape)
