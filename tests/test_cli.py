@@ -52,6 +52,7 @@ def _run_cli(*args):
     return subprocess.run([sys.executable, "-m", "tailrl.cli", *args], capture_output=True, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_missing_folder_is_one_line(tmp_path):
     r = _run_cli("generate", "--model", str(tmp_path / "nope"), "--prompts", "x.jsonl")
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -79,6 +80,7 @@ def test_bad_inputs_exit_2(model_dir, tmp_path, capsys):
     assert "unknown config key 'max_batch'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_debug_shows_traceback(tmp_path):
     r = _run_cli("--debug", "generate", "--model", str(tmp_path / "nope"), "--prompts", "x.jsonl")
     assert r.returncode != 0 and "Traceback" in r.stderr
@@ -101,6 +103,7 @@ def test_bench_sagc_bad_candidates_is_one_line(capsys):
     assert "--start-g 32 is not one of --candidates" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_decoupled_generate_and_tgs_profile(model_dir, tmp_path, capsys):
     """`tailrl profile spec` writes a profile the engine reads; decoupled generation through the CLI gives
     the same completions as plain decoding (the model drafting for itself)."""
@@ -111,7 +114,7 @@ def test_decoupled_generate_and_tgs_profile(model_dir, tmp_path, capsys):
     assert {"1"} <= set(json.loads(prof.read_text())["verifies"])
     outs = {}
     for name, extra in (("plain", []), ("decoupled", ["--spec", f"draft:{model_dir}", "--engine", "spec.mode=decoupled",
-                                                      "--engine", f"spec.profile={prof}", "--engine", "spec.gate=false"])):
+                                                      "--engine", f"spec.decoupled.profile={prof}", "--engine", "spec.gate=false"])):
         out = tmp_path / f"{name}.jsonl"
         assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--n", "2",
                      "--max-new-tokens", "12", "--out", str(out)] + extra) == 0

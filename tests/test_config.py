@@ -1,9 +1,13 @@
 import dataclasses
 
 import pytest
+import torch
 
+from tailrl.cli import main
 from tailrl.config import Config, EngineConfig, dump_config, load_config
 from tailrl.errors import UserError
+from tailrl.model.loading import resolve_device
+from tailrl.sim.config import SimConfig
 
 
 def test_yaml_and_dotted_overrides(tmp_path):
@@ -41,3 +45,63 @@ def test_defaults_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.engine.max_batch_size = 3  # type: ignore[misc]
     assert isinstance(cfg.engine, EngineConfig)
+
+
+def _leaf_fields(cls, prefix=""):
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            yield from _leaf_fields(type(default), f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", f
+
+
+@pytest.mark.parametrize("cls", [Config, SimConfig])
+def test_every_key_has_a_default_and_help(cls):
+    leaves = dict(_leaf_fields(cls))
+    assert len(leaves) > 40
+    missing = [k for k, f in leaves.items() if not f.metadata.get("help")]
+    assert not missing, f"keys without help: {missing}"
+    cls()  # every key has a default
+
+
+def test_config_show_prints_every_section_with_help(capsys):
+    assert main(["config", "show"]) == 0
+    out = capsys.readouterr().out
+    for section in ("[model]", "[engine]", "[engine.spec.coupled]", "[engine.spec.decoupled]", "[rollout]", "[data]",
+                    "[reward]", "[algo]", "[algo.downsample]", "[train]", "[control]"):
+        assert section in out
+    for key, f in _leaf_fields(Config):
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [key])
+        assert f.metadata["help"] in line
+    assert main(["config", "show", "rollout"]) == 0
+    rollout = capsys.readouterr().out
+    assert "rollout.group_size" in rollout and "samples per prompt (G)" in rollout and "[train]" not in rollout
+
+
+def test_config_show_fills_in_a_preset(capsys):
+    assert main(["config", "show", "algo", "algo.name=dapo"]) == 0
+    out = capsys.readouterr().out
+    assert "'token-mean'" in out and "0.28" in out  # DAPO's loss aggregation and clip-higher
+    assert main(["config", "show", "nope"]) == 2
+    assert "unknown config section 'nope'" in capsys.readouterr().err
+
+
+def test_moved_speculation_keys_name_their_new_place():
+    with pytest.raises(UserError, match="'engine.spec.window' moved to 'engine.spec.decoupled.window'"):
+        load_config(None, ["engine.spec.window=4"])
+    with pytest.raises(UserError, match="'spec.ngram_max' moved to 'engine.spec.coupled.ngram_max'"):
+        load_config(None, ["spec.ngram_max=4"], cls=EngineConfig)
+    spec = load_config(None, ["engine.spec.method=draft:/m", "engine.spec.decoupled.window=3"]).engine.spec
+    assert (spec.method, spec.draft_model, spec.decoupled.window) == ("draft", "/m", 3)  # draft:PATH parsed once
+    with pytest.raises(UserError, match="unknown speculation method 'magic'"):
+        load_config(None, ["engine.spec.method=magic"])
+
+
+def test_device_auto_and_a_missing_cuda_is_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert Config().model.device == "auto" and resolve_device("auto") == "cpu"
+    with pytest.raises(UserError, match="model.device is 'cuda' but this machine has no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(UserError, match="unknown model.device 'tpu'"):
+        resolve_device("tpu")

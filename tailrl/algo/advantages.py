@@ -7,9 +7,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
+
+from tailrl.registry import Registry
+
+
+class AdvantageFn(Protocol):
+    def __call__(self, scores: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+        """scores (N,) float, groups (N,) int ids -> (N,) float32 advantages."""
+
+
+ADVANTAGES: Registry[AdvantageFn] = Registry("algo.advantage")
 
 
 def group_stats(scores: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -24,6 +34,7 @@ def group_stats(scores: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tenso
     return mean[inv], std[inv], cnt[inv]
 
 
+@ADVANTAGES.register("grpo")
 def grpo(scores: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """(N,), (N,) -> (N,) float32 advantages."""
     mean, std, cnt = group_stats(scores, groups)
@@ -33,11 +44,10 @@ def grpo(scores: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch
     return ((scores.double() - mean) / (std + eps)).float()
 
 
+@ADVANTAGES.register("drgrpo")
 def drgrpo(scores: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """(N,), (N,) -> (N,) float32: r - group mean."""
     mean, _, cnt = group_stats(scores, groups)
     mean = torch.where(cnt < 2, torch.zeros_like(mean), mean)
     return (scores.double() - mean).float()
 
-
-ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {"grpo": grpo, "drgrpo": drgrpo}

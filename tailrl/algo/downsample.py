@@ -13,9 +13,19 @@ Each rule returns kept indices in increasing order, (m,) int64.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import torch
+
+from tailrl.registry import Registry
+
+
+class DownsampleRule(Protocol):
+    def __call__(self, rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
+        """rewards (n,) -> (m,) int64 kept indices, increasing."""
+
+
+DOWNSAMPLE: Registry[DownsampleRule] = Registry("algo.downsample.rule")
 
 
 def _sorted_order(rewards: torch.Tensor) -> torch.Tensor:
@@ -23,6 +33,7 @@ def _sorted_order(rewards: torch.Tensor) -> torch.Tensor:
     return torch.sort(rewards.double(), stable=True).indices
 
 
+@DOWNSAMPLE.register("max_variance")
 def max_variance(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
     """rewards: (n,) -> (m,) indices of a maximal-variance subset."""
     n = rewards.numel()
@@ -44,7 +55,7 @@ def max_variance(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
     return keep.sort().values
 
 
-def max_variance_binary(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
+def max_variance_binary(rewards: torch.Tensor, m: int) -> torch.Tensor:
     """Two reward values: as close to m/2 of each as the counts allow (PODS Theorem 2)."""
     n = rewards.numel()
     order = _sorted_order(rewards)
@@ -55,19 +66,15 @@ def max_variance_binary(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.T
     return keep.sort().values
 
 
+@DOWNSAMPLE.register("max_reward")
 def max_reward(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
     n = rewards.numel()
     order = torch.sort(-rewards.double(), stable=True).indices
     return order[: min(m, n)].sort().values
 
 
+@DOWNSAMPLE.register("random")
 def random_subset(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randperm(rewards.numel(), generator=g)[: m].sort().values
 
-
-DOWNSAMPLE: dict[str, Callable[[torch.Tensor, int, int], torch.Tensor]] = {
-    "max_variance": max_variance,
-    "max_reward": max_reward,
-    "random": random_subset,
-}

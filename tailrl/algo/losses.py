@@ -12,10 +12,12 @@ whole-batch constants (`AggNorm`), so splitting a batch differently never change
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+
+from tailrl.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -32,24 +34,28 @@ class AggNorm:
         return cls(int(mask.shape[0]), int(mask.sum()), max_len)
 
 
+class Aggregation(Protocol):
+    def __call__(self, loss: torch.Tensor, mask: torch.Tensor, norm: AggNorm) -> torch.Tensor:
+        """loss, mask: (S_mb, T) -> this micro-batch's scalar share of the batch loss."""
+
+
+AGGREGATIONS: Registry[Aggregation] = Registry("algo.loss_agg")
+
+
+@AGGREGATIONS.register("token-mean")
 def _token_mean(loss: torch.Tensor, mask: torch.Tensor, n: AggNorm) -> torch.Tensor:
     return (loss * mask).sum() / max(n.num_tokens, 1)
 
 
+@AGGREGATIONS.register("seq-mean-token-mean")
 def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, n: AggNorm) -> torch.Tensor:
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # (S_mb,)
     return per_seq.sum() / max(n.num_seqs, 1)
 
 
+@AGGREGATIONS.register("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, n: AggNorm) -> torch.Tensor:
     return (loss * mask).sum() / max(n.num_seqs * n.max_len, 1)
-
-
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, AggNorm], torch.Tensor]] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
-}
 
 
 def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm: AggNorm) -> torch.Tensor:

@@ -5,10 +5,18 @@ curve first reaches an accuracy (`time_to_reach`), and writing a benchmark's sum
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
-from tailrl.demo.run import demo_policy  # noqa: F401  (re-exported for the benchmarks)
+from tailrl.demo.run import (
+    DEMO_TASK,
+    demo_config,
+    demo_policy,  # noqa: F401  (re-exported for the benchmarks)
+    write_splits,
+)
+from tailrl.train.metrics import read_metrics
+from tailrl.train.trainer import Trainer
 
 
 def time_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
@@ -26,10 +34,6 @@ def write_outputs(out: Path, md: str, result: dict) -> None:
 def run_training(run_dir: Path, write_data, config) -> tuple[list[dict], float]:
     """One training run from scratch (a leftover run in run_dir is removed, not resumed): write_data(run_dir)
     writes the splits the config reads; (metrics rows, wall seconds)."""
-    import shutil
-
-    from tailrl.train.metrics import read_metrics
-    from tailrl.train.trainer import Trainer
 
     shutil.rmtree(run_dir, ignore_errors=True)
     write_data(run_dir)
@@ -40,6 +44,5 @@ def run_training(run_dir: Path, write_data, config) -> tuple[list[dict], float]:
 
 def run_demo_training(model_dir: Path, run_dir: Path, overrides: list[str]) -> tuple[list[dict], float]:
     """Train on the demo task's splits with the demo config + overrides, from scratch; (rows, wall s)."""
-    from tailrl.demo.run import DEMO_TASK, demo_config, write_splits
 
     return run_training(run_dir, lambda d: write_splits(d, DEMO_TASK), demo_config(model_dir, run_dir, overrides))

@@ -17,7 +17,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tailrl.engine.spec.tgs import tgs_coupled, tgs_decoupled, tgs_plain
+import torch
+
+from tailrl.bench.common import demo_policy, write_outputs
+from tailrl.bench.spec_workload import measure_acceptance, prompt_texts, workload
+from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
+from tailrl.demo.draft import demo_draft
+from tailrl.demo.run import DEMO_TASK
+from tailrl.engine import Engine, Request, SamplingParams
+from tailrl.engine.spec.decoupled.tgs import choose, save_tgs_profile, tgs_coupled, tgs_decoupled, tgs_plain
+from tailrl.engine.spec.profiling.tgs import profile_tgs
+from tailrl.model import load
 
 # the TGS model's tokens per second per request of each mode at mean batch b (coupled: its best window)
 PREDICT = {
@@ -43,23 +53,6 @@ def phase(trace, B: int, frac: float) -> tuple[float, int, float]:
 
 def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new: int, threads: int,
                     repeats: int = 1, group: int = 16, frac: float = 0.75) -> dict:
-    import torch
-
-    from tailrl.bench.common import demo_policy, write_outputs
-    from tailrl.config import EngineConfig, SpecConfig
-    from tailrl.demo.draft import demo_draft
-    from tailrl.demo.run import DEMO_TASK
-    from tailrl.engine import Engine, Request, SamplingParams
-    from tailrl.engine.spec.profile_tgs import (
-        measure_acceptance,
-        profile_tgs,
-        read_prompts,
-        save_tgs_profile,
-        workload,
-    )
-    from tailrl.engine.spec.tgs import choose
-    from tailrl.model import load
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
@@ -68,8 +61,8 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
     model, tok = load(policy)
     t = time.perf_counter()
     # offline profile on the demo's train prompts; the measurement below runs on test prompts
-    train = read_prompts("demo", 256, "train")
-    prof = profile_tgs(model, draft, [G], batches=tuple(sorted({1, 8, 32, *batches})), windows=(1, 2, 3, 4),
+    train = prompt_texts("demo", 256, "train")
+    prof = profile_tgs(Engine, model, draft, [G], batches=tuple(sorted({1, 8, 32, *batches})), windows=(1, 2, 3, 4),
                        progress=lambda m: print("  " + m, flush=True), decoupled=(gd, G - gd),
                        requests=workload(tok, train, group, max_new))
     prof["acceptance"] = measure_acceptance(model, tok, draft, train, max_new, 1.0)
@@ -82,8 +75,9 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
     results = []
     for B in batches:
         plans = choose(B, G, prof["drafts"], prof["verifies"], p, [G - gd])
-        common = {"method": f"draft:{draft}", "profile": str(out / "spec_profile.json"), "acceptance": p,
-                  "draft_cores": gd, "verify_cores": G - gd}
+        common = {"method": "draft", "draft_model": str(draft),
+                  "decoupled": DecoupledSpecConfig(profile=str(out / "spec_profile.json"), acceptance=p, draft_cores=gd,
+                                                 verify_cores=G - gd)}
         spec_cfg = {"off": SpecConfig(),  # execution modes as such (gate off), then the engine's default
                     "coupled": SpecConfig(mode="coupled", gate=False, k_max=plans["coupled"].w, **common),
                     "decoupled": SpecConfig(mode="decoupled", gate=False, **common),

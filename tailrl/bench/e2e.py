@@ -19,25 +19,26 @@ import statistics
 import time
 from pathlib import Path
 
-from tailrl.bench.common import time_to_reach
+import torch
+
+from tailrl.bench.common import run_training, time_to_reach, write_outputs
 from tailrl.bench.e2e_tasks import TASKS, E2ETask
+from tailrl.model import load_weights
+from tailrl.rewards import REWARDS
 from tailrl.train.metrics import step_rows
+from tailrl.train.trainer import Trainer
 
 
 class Evaluator:
     """The task's trainer evaluation, for weights from anywhere (HF-named tensors)."""
 
     def __init__(self, task: E2ETask, model_dir: Path, run_dir: Path):
-        from tailrl.train.trainer import Trainer
-
         task.write_data(run_dir)
         self.trainer = Trainer(task.config(model_dir, run_dir, [f"train.eval_prompts={task.eval_prompts}",
                                                                 "train.eval_every=1", "train.tensorboard=false"]),
                                run_dir)
 
     def __call__(self, named_tensors) -> float:
-        from tailrl.model import load_weights
-
         load_weights(self.trainer.model, named_tensors)
         return self.trainer.evaluate()["eval/accuracy"]
 
@@ -49,12 +50,10 @@ def _text(x) -> str:
 
 def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator) -> dict:
     """TRL's GRPOTrainer on the task; per-step wall times from a callback (evaluations excluded)."""
-    import torch
+    # lazy: optional dependency (the [e2e] extra)
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
-    from tailrl.rewards import REWARDS
 
     fn = REWARDS[task.reward]
     rows = task.rows(steps * task.prompts * 2, "train")
@@ -103,7 +102,6 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
 
 def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
     """A fresh tailrl run of the task (bench.common.run_training)."""
-    from tailrl.bench.common import run_training
 
     cfg = task.config(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
                                        f"train.eval_every={eval_every}", f"train.eval_prompts={task.eval_prompts}",
@@ -137,8 +135,6 @@ def summarize(r: dict, target: float | None) -> dict:
 
 
 def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str], task_name: str = "demo") -> dict:
-    from tailrl.bench.common import write_outputs
-
     task = TASKS[task_name]
     root = Path(out_dir)
     for name in ("trl", "eval"):  # fresh (the tailrl runs clear their own folders)
@@ -179,9 +175,11 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
 
 
 def _plot(runs: dict, path: Path) -> None:
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))

@@ -13,10 +13,14 @@ the overrides of the accelerated ("full") run.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from tailrl.demo.run import DEMO_TASK, demo_config, demo_policy, local_run_config, write_splits
+from tailrl.model.loading import hf_folder
 
 
 @dataclass(frozen=True)
@@ -36,26 +40,18 @@ class E2ETask:
 
 
 def _demo_rows(n: int, split: str) -> list[dict]:
-    from tailrl.demo.run import DEMO_TASK
-
     return [{"prompt": r["prompt"], "answer": r["answer"]} for r in DEMO_TASK.rows(n, split, seed=0)]
 
 
 def _demo_model() -> Path:
-    from tailrl.demo.run import demo_policy
-
     return demo_policy()
 
 
 def _demo_config(model_dir: Path, run_dir: Path, overrides: list[str]):
-    from tailrl.demo.run import demo_config
-
     return demo_config(model_dir, run_dir, overrides)
 
 
 def _demo_data(run_dir: Path) -> None:
-    from tailrl.demo.run import DEMO_TASK, write_splits
-
     write_splits(run_dir, DEMO_TASK)  # the demo's own splits: its held-out 400 problems
 
 
@@ -69,14 +65,10 @@ def _sum_rows(n: int, split: str) -> list[dict]:
 
 
 def _smollm2_model() -> Path:
-    from tailrl.model.loading import hf_folder
-
     return hf_folder("smollm2-135m-instruct")
 
 
 def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
-    from tailrl.demo.run import local_run_config
-
     return local_run_config(
         model_dir, run_dir, overrides, ("gsm8k",), True,
         rollout=dict(group_size=4, max_new_tokens=48, temperature=1.0, seed=0),
@@ -86,8 +78,6 @@ def _smollm2_config(model_dir: Path, run_dir: Path, overrides: list[str]):
 
 
 def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:
-    import json
-
     d = run_dir / "data"
     d.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", n_train), ("test", n_test)):

@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tailrl.bench.common import time_to_reach
+from rich.console import Console
+
+from tailrl.bench.common import demo_policy, run_demo_training, time_to_reach
+from tailrl.errors import UserError
+from tailrl.train.metrics import read_metrics
 
 RUNS = [  # (name, overrides)
     ("grpo_m", ["rollout.group_size={m}"]),
@@ -59,11 +63,6 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
     """Every run once per seed (rollout, prompt-order and torch seeds); the headline speed-up is read off the
     seed-mean curves, the per-seed speed-ups show the spread. reuse: read runs already in out_dir (same
     settings) instead of training them again."""
-    from rich.console import Console
-
-    from tailrl.bench.common import demo_policy, run_demo_training
-    from tailrl.errors import UserError
-    from tailrl.train.metrics import read_metrics
 
     if any(o.split("=", 1)[0] in SEED_KEYS for o in extra):
         raise UserError(f"set seeds with --seeds, not with overrides ({', '.join(SEED_KEYS)})")
@@ -118,9 +117,11 @@ def run_pods_bench(out_dir: str, m: int, ratio: int, prompts: int, budget_s: flo
 
 
 def _plot(results: dict, target: float, path: Path) -> None:
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))

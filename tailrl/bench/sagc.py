@@ -15,7 +15,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+
+from tailrl.bench.common import demo_policy, run_demo_training
 from tailrl.train.metrics import step_rows
+from tailrl.train.report import plot_sagc
 
 TARGETS = {"wall": 0.6, "straggler": 0.5, "reward": 0.95}  # SAGC vs static G_max (issue: <=, <=, >=)
 
@@ -41,16 +45,12 @@ def summarize(rows: list[dict], prompt_budget: int, tail_frac: float = 0.2) -> d
         "accuracy_start": evals[0]["eval/accuracy"] if evals else None,
         "accuracy_end": evals[-1]["eval/accuracy"] if evals else None,
         "mean_response_length": sum(r["response_length/mean"] * n for r, n in zip(steps, groups)) / sum(groups),
-        "group_sizes": [int(r["sagc/group_size"]) for r in steps],
+        "group_sizes": [int(r["rollout/group_size"]) for r in steps],
     }
 
 
 def run_sagc_bench(out_dir: str, batch: int, prompt_budget: int, candidates: list[int], start_g: int | None,
                    extra: list[str], sagc_extra: list[str]) -> dict:
-    from rich.console import Console
-
-    from tailrl.bench.common import demo_policy, run_demo_training
-
     console = Console(stderr=True)
     root = Path(out_dir)
     model_dir = demo_policy()
@@ -103,12 +103,12 @@ def print_table(summary: dict) -> None:
 
 
 def _plot(histories: dict[str, list[dict]], path: Path) -> None:
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib.pyplot as plt
-
-    from tailrl.train.report import plot_sagc
 
     fig, ax = plt.subplots(2, 2, figsize=(12, 8))
     for name, rows in histories.items():

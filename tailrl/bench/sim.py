@@ -15,6 +15,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailrl.bench.common import demo_policy, run_demo_training, write_outputs
+from tailrl.config import load_config
+from tailrl.engine import Engine
+from tailrl.engine.latency_profile import profile_engine, save_profile
+from tailrl.model import load
+from tailrl.perf.hardware import gpu, model_spec
+from tailrl.perf.latency import CALIBRATED, Roofline
+from tailrl.perf.pat import PatPolicy
+from tailrl.sim.command import resolve_config
+from tailrl.sim.config import SimConfig
+from tailrl.sim.run import simulate, variants
+
 TOLERANCE = 0.15
 
 
@@ -40,19 +52,11 @@ class Check:
 
 
 def _summaries(config: str, overrides: list[str] = ()) -> dict[str, dict]:
-    from tailrl.config import load_config
-    from tailrl.sim.command import resolve_config
-    from tailrl.sim.config import SimConfig
-    from tailrl.sim.run import simulate, variants
-
     cfg = load_config(resolve_config(config), list(overrides), cls=SimConfig)
     return {name: simulate(v, name).summary() for name, v in variants(cfg)}
 
 
 def calibration_checks() -> list[Check]:
-    from tailrl.sim.hardware import gpu, model_spec
-    from tailrl.sim.latency import CALIBRATED, Roofline
-
     out: list[Check] = []
     c = "pat_h100_llama8b_24k"
     s = _summaries(c)
@@ -73,7 +77,6 @@ def calibration_checks() -> list[Check]:
         per = max(b // (8 // tp), 1)  # a global batch over the DP replicas
         out.append(Check(f"PAT §3.1 A40 LLaMA3.1-8B decode ms/token, batch {b}, TP{tp}", "latency roofline a40, 2K context",
                          ms, lat.decode(tp, per, per * 2048) * 1e3, True))
-    from tailrl.sim.pat import PatPolicy
 
     pol = PatPolicy.for_hardware(lat, model_spec("llama3.1-8b"), gpu("a40"), CALIBRATED["a40"].link_eff, node_gpus=8,
                                  tp_options=(2, 8), max_len=16384, kv="migrate")
@@ -84,10 +87,10 @@ def calibration_checks() -> list[Check]:
                   cost.kv_s, informative=True)]
     c = "pat_a40_llama8b"
     for max_len in (6144, 16384):
-        s = _summaries(c, [f"workload.max_len={max_len}"])
+        s = _summaries(c, [f"workload.max_new_tokens={max_len}"])
         best = max((v["perf/throughput"] for k, v in s.items() if k.startswith("static")))
         out.append(Check(f"PAT A40 LLaMA3.1-8B {max_len // 1024}K: speed-up over best static (1.05-1.27)",
-                         f"{c} workload.max_len={max_len}", (1.05, 1.27), s["PAT"]["perf/throughput"] / best))
+                         f"{c} workload.max_new_tokens={max_len}", (1.05, 1.27), s["PAT"]["perf/throughput"] / best))
     c = "specactor_qwen32b_grpo"
     s = _summaries(c)
     base, sa = s["veRL (no speculation)"], s["decoupled + Best-of-N (SpecActor)"]
@@ -124,10 +127,6 @@ def calibration_table(checks: list[Check]) -> str:
 
 def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | None = None) -> dict:
     """Train the demo for `steps` steps (or use `trace`), profile the engine, replay; per-round errors."""
-    from tailrl.bench.common import demo_policy, run_demo_training
-    from tailrl.config import load_config
-    from tailrl.sim.config import SimConfig
-    from tailrl.sim.run import simulate
 
     run_dir = Path(trace) if trace else out_dir / "run"
     model_dir = demo_policy()
@@ -136,9 +135,6 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
                                                "train.tensorboard=false", "train.save_every=0"])
     run_cfg = load_config(run_dir / "config.yaml")
     if not profile:
-        from tailrl.engine import Engine
-        from tailrl.model import load
-        from tailrl.sim.profile import profile_engine, save_profile
 
         model, _ = load(str(model_dir), tokenizer=False)
         t0 = time.perf_counter()
@@ -162,8 +158,6 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
 
 def run_sim_bench(out_dir: str | Path, replay_steps: int = 8, trace: str | None = None, profile: str | None = None,
                   calibration: bool = True, do_replay: bool = True) -> str:
-    from tailrl.bench.common import write_outputs
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     parts, result = [], {}

@@ -19,28 +19,31 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
+from tailrl.bench.common import demo_policy, run_demo_training
+from tailrl.config import EngineConfig, SpecConfig
+from tailrl.demo.run import DEMO_TASK
+from tailrl.engine import Request, SamplingParams, build_engine
+from tailrl.engine.telemetry import merge_spec
+from tailrl.model import load
 from tailrl.train.metrics import step_rows
 
 
-def _engine(model, tok, method: str, extra: dict | None = None, kv: int = 131072):
-    from tailrl.config import EngineConfig, SpecConfig
-    from tailrl.generate import build_engine
-
-    return build_engine(model, tok, EngineConfig(kv_cache_tokens=kv, spec=SpecConfig(method=method, **(extra or {}))))
+def _engine(model, tok, method: str, kv: int = 131072):
+    return build_engine(model, tok, EngineConfig(kv_cache_tokens=kv, spec=SpecConfig(method=method)))
 
 
-def _compare(model, tok, batches: list[list], method: str, extra: dict | None, repeats: int) -> dict:
+def _compare(model, tok, batches: list[list], method: str, repeats: int) -> dict:
     """Run every batch of requests with speculation off and on (same engines reused across batches, as
     in training); alternate off/on per batch so machine noise hits both. Returns the aggregate."""
-    from tailrl.engine.telemetry import merge_spec
 
-    engines = {"off": _engine(model, tok, "none"), "on": _engine(model, tok, method, extra)}
+    engines = {"off": _engine(model, tok, "none"), "on": _engine(model, tok, method)}
     warm = [replace(r, prompt_ids=r.prompt_ids[:1], uid=10**9 + i, params=replace(r.params, max_new_tokens=8))
             for i, r in enumerate(batches[0][:2])]
     for e in engines.values():  # first-call costs (allocations, kernels) stay out of the timings
         e.generate(warm)
-    if engines["on"].speculator is not None:
-        engines["on"].speculator.end_rollout()
+    engines["on"].strategy.end_rollout()
     tot = {"off": 0.0, "on": 0.0}
     eff = {"off": [], "on": []}
     same = total = 0
@@ -66,11 +69,6 @@ def _compare(model, tok, batches: list[list], method: str, extra: dict | None, r
 
 
 def demo_workload(prompts: int, group: int, steps: int, max_new: int, ignore_eos: bool = False):
-    from tailrl.bench.common import demo_policy
-    from tailrl.demo.run import DEMO_TASK
-    from tailrl.engine import Request, SamplingParams
-    from tailrl.model import load
-
     model, tok = load(demo_policy())
     rows = DEMO_TASK.rows(prompts * steps, "test", seed=3)
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=1, ignore_eos=ignore_eos)
@@ -80,9 +78,6 @@ def demo_workload(prompts: int, group: int, steps: int, max_new: int, ignore_eos
 
 
 def smollm2_workload(prompts: int, group: int, max_new: int):
-    from tailrl.engine import Request, SamplingParams
-    from tailrl.model import load
-
     model, tok = load("smollm2-135m-instruct")
     qs = [f"What is {a} plus {b}? Answer with the number only." for a, b in
           [(3, 4), (12, 9), (7, 8), (25, 17), (6, 6), (40, 2), (13, 21), (9, 90)][:prompts]]
@@ -95,8 +90,6 @@ def smollm2_workload(prompts: int, group: int, max_new: int):
 
 
 def train_workload(method: str, steps: int, out_dir: Path) -> dict:
-    from tailrl.bench.common import demo_policy, run_demo_training
-
     model_dir = demo_policy()
     runs = {}
     for name, m in (("off", "none"), ("on", method)):
@@ -116,8 +109,6 @@ def train_workload(method: str, steps: int, out_dir: Path) -> dict:
 
 def run_spec_bench(out_dir: str, workloads: list[str], method: str, threads: int, repeats: int,
                    train_steps: int = 10) -> dict:
-    import torch
-
     torch.set_num_threads(threads)
     results = {}
     plan = {
@@ -133,7 +124,7 @@ def run_spec_bench(out_dir: str, workloads: list[str], method: str, threads: int
             continue
         model, tok, batches = plan[w]()
         print(f"{w}: {sum(len(b) for b in batches)} prompts x {batches[0][0].n} samples, spec={method}", flush=True)
-        results[w] = _compare(model, tok, batches, method, None, repeats)
+        results[w] = _compare(model, tok, batches, method, repeats)
         _print_row(w, results[w])
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     summary = {"method": method, "threads": threads, "repeats": repeats, "workloads": results}

@@ -15,9 +15,21 @@ step-to-step time), and token identity of every run against static TP1/DP2.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from pathlib import Path
+
+from tailrl.bench.common import write_outputs
+from tailrl.config import EngineConfig
+from tailrl.engine import Request, SamplingParams
+from tailrl.engine.latency_profile import save_profile
+from tailrl.model import ModelArgs
+from tailrl.model.loading import build_model, cache_dir, save_hf
+from tailrl.model.weights import init_random
+from tailrl.parallel.generate import SwitchSpec, run_parallel_generate
+from tailrl.parallel.profile import profile_tp
+from tailrl.perf.latency import Profiled
 
 BENCH_MODEL = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=8,
                    num_key_value_heads=4, vocab_size=4096)
@@ -27,9 +39,6 @@ def bench_model(folder: Path) -> Path:
     """A random-weight Llama (~78M parameters) as an HF folder, made once."""
     if (folder / "model.safetensors").is_file():
         return folder
-    from tailrl.model import ModelArgs
-    from tailrl.model.loading import build_model, save_hf
-    from tailrl.model.weights import init_random
 
     cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", max_position_embeddings=4096,
                rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
@@ -38,10 +47,6 @@ def bench_model(folder: Path) -> Path:
 
 
 def long_tailed_requests(n: int, long_every: int, short: tuple[int, int], long: int, seed: int = 0):
-    import random
-
-    from tailrl.engine import Request, SamplingParams
-
     rng = random.Random(seed)
     params = SamplingParams(temperature=1.0, max_new_tokens=long, seed=seed, ignore_eos=True)
     return [Request([rng.randrange(3, 4096) for _ in range(rng.randint(8, 24))], uid=i, params=params,
@@ -50,7 +55,6 @@ def long_tailed_requests(n: int, long_every: int, short: tuple[int, int], long: 
 
 def predictor_error(profile: dict, steps) -> float:
     """Sum of profiled predictions over a run's decode steps / sum of their measured step-to-step times - 1."""
-    from tailrl.sim.latency import Profiled
 
     lat = Profiled(profile)
     pred = meas = 0.0
@@ -63,13 +67,6 @@ def predictor_error(profile: dict, steps) -> float:
 
 def run_tp_bench(out_dir: str | Path, requests: int = 32, long_every: int = 16, long: int = 192,
                  switch_at: int = 24) -> str:
-    from tailrl.bench.common import write_outputs
-    from tailrl.config import EngineConfig
-    from tailrl.model.loading import cache_dir
-    from tailrl.parallel.generate import SwitchSpec, run_parallel_generate
-    from tailrl.parallel.profile import profile_tp
-    from tailrl.sim.profile import save_profile
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = str(bench_model(cache_dir() / "bench-tp-llama78m"))

@@ -73,6 +73,7 @@ def add(sub) -> None:
 
 
 def pods(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.pods import run_pods_bench
 
     if a.m < 2 or a.ratio < 1 or a.prompts < 1 or a.budget_s <= 0:
@@ -84,6 +85,7 @@ def pods(a) -> int:
 
 
 def sagc(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.sagc import run_sagc_bench
 
     bad = [g for g in a.candidates if g < 2 or a.batch % g]
@@ -99,12 +101,14 @@ def sagc(a) -> int:
 
 def spec(a) -> int:
     if a.mode:
+        # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
         from tailrl.bench.decoupled import run_modes_bench
 
         if min(a.batches) < 1 or a.max_new < 2 or a.threads < 2 or a.repeats < 1:
             raise UserError("need batch sizes >= 1, --max-new >= 2, --threads >= 2 (one drafts), --repeats >= 1")
         run_modes_bench(a.out_dir, list(dict.fromkeys(["off", *a.mode])), a.batches, a.max_new, a.threads, a.repeats)
         return 0
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.spec import run_spec_bench
 
     run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
@@ -112,6 +116,7 @@ def spec(a) -> int:
 
 
 def e2e(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     import importlib.util
 
     from tailrl.bench.e2e import run_e2e_bench
@@ -126,6 +131,7 @@ def e2e(a) -> int:
 
 
 def tp(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.tp import run_tp_bench
 
     if a.requests < 2 or a.long_every < 1 or a.long < 41 or a.switch_at < 1:
@@ -135,6 +141,7 @@ def tp(a) -> int:
 
 
 def sim(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.sim import run_sim_bench
 
     if a.replay_steps < 1:

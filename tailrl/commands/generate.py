@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tailrl.errors import UserError
+
+if TYPE_CHECKING:  # type names only: the CLI keeps torch out of `tailrl --help`
+    from tailrl.config import EngineConfig
+    from tailrl.engine import Rollout, RolloutTrace, SamplingParams
 
 
 def add(sub) -> None:
@@ -25,7 +33,7 @@ def add(sub) -> None:
     p.add_argument("--timeline", help="PNG of the active batch size over time")
     p.add_argument("--trace", help="write the rollout trace (traces.jsonl row, replayable by tailrl simulate)")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda | cuda:N")
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="engine option, e.g. --engine max_batch_size=64 --engine spec.k_max=4")
     p.add_argument("--spec", default=None, metavar="none|ngram|history|draft:PATH|auto",
@@ -41,12 +49,12 @@ def add(sub) -> None:
 
 
 def run(a) -> int:
+    # lazy: the CLI imports a command's stack (torch, the model) only when the command runs
     import torch
 
     from tailrl.config import EngineConfig, load_config
     from tailrl.data.prompts import read_prompts
     from tailrl.engine import SamplingParams
-    from tailrl.generate import print_summary, run_generate
     from tailrl.model import load
 
     if a.n < 1:
@@ -65,12 +73,9 @@ def run(a) -> int:
         result = run_generate(model, tok, rows, params, a.n, engine_cfg, a.out, progress=sys.stderr.isatty())
     print_summary(result)
     if a.trace:
-        import json
-        from pathlib import Path
-
         Path(a.trace).write_text(json.dumps({"step": 0, "rounds": [result.trace.to_json()]}) + "\n")
     if a.timeline:
-        from tailrl.engine.timeline import plot_timeline
+        from tailrl.engine.timeline import plot_timeline  # lazy: matplotlib only when a plot is asked for
 
         plot_timeline(result.trace, a.timeline, title=f"{a.model}: {len(rows)} prompts x {a.n}")
         print(f"timeline: {a.timeline}", file=sys.stderr)
@@ -78,11 +83,9 @@ def run(a) -> int:
 
 
 def _run_parallel(a, model, tok, rows, params, engine_cfg):
-    import json
-    from pathlib import Path
-
-    from tailrl.engine import Request
-    from tailrl.generate import GenerateResult, eos_ids_of, write_rollouts
+    # lazy: the CLI imports a command's stack only when the command runs
+    from tailrl.engine import Request, eos_ids_of
+    from tailrl.engine.completions import write_rollouts
     from tailrl.parallel.generate import SwitchSpec, check_layout, run_parallel_generate
 
     switch = SwitchSpec.parse(a.switch, a.switch_kv)
@@ -105,3 +108,52 @@ def _run_parallel(a, model, tok, rows, params, engine_cfg):
               file=sys.stderr)
     print(f"layouts: {' -> '.join(res.layouts)}", file=sys.stderr)
     return GenerateResult(res.rollouts, trace)
+
+
+@dataclass
+class GenerateResult:
+    rollouts: list[Rollout]
+    trace: RolloutTrace
+
+
+def run_generate(model, tokenizer, rows, params: SamplingParams, n: int, engine_cfg: EngineConfig,
+                 out_path: str | Path | None, progress: bool = True) -> GenerateResult:
+    """rows: PromptRow list. Writes one JSON line per completion (prompt_index order) to out_path or stdout."""
+    # lazy: the CLI imports a command's stack only when the command runs
+    from tailrl.engine import Request, build_engine
+    from tailrl.engine.completions import write_rollouts
+
+    engine = build_engine(model, tokenizer, engine_cfg)
+    requests = [Request(r.token_ids, uid=r.index, n=n, params=params, error=r.error) for r in rows]
+    total = len(requests) * n
+    if progress:
+        # lazy: rich is only needed for an interactive progress bar
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("gen", total=total)
+            rollouts, trace = engine.generate(requests, on_finish=lambda r: bar.advance(task))
+    else:
+        rollouts, trace = engine.generate(requests)
+    write_rollouts(rollouts, tokenizer, params, out_path)
+    return GenerateResult(rollouts, trace)
+
+
+def print_summary(result: GenerateResult, file=None) -> None:
+    file = file or sys.stderr
+    s = result.trace.summary()
+    errors = [r for r in result.rollouts if r.finish_reason == "error"]
+    for r in {r.uid: r for r in errors}.values():
+        print(f"prompt {r.uid}: error: {r.error}", file=file)
+    print(f"rollout {s['timing_s/gen']:.2f}s | {len(result.rollouts) - len(errors)} completions, "
+          f"{result.trace.decode_tokens} tokens, {s['rollout/tokens_per_s']:.1f} tokens/s | "
+          f"straggler rate {s['rollout/straggler_rate']:.2f} | tail efficiency {s['rollout/tail_efficiency']:.2f} | "
+          f"errors {len(errors)}", file=file)
+    sp = result.trace.spec
+    if sp:
+        shares = ", ".join(f"{k.rsplit('/', 1)[1]} {v:.0%}" for k, v in sp.items() if k.startswith("spec/drafter_share/"))
+        print(f"speculation: acceptance {sp['spec/acceptance_rate']:.2f} | mean accepted {sp['spec/mean_accepted_len']:.2f} "
+              f"tokens/verify | best-of-N requests {sp['spec/bon_requests']:.0f} | accepted tokens by drafter: {shares}",
+              file=file)

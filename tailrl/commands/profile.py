@@ -19,7 +19,7 @@ def add(sub) -> None:
     q.add_argument("--k-max", type=int, default=8)
     q.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     q.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
-    q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.ladder=PATH)")
+    q.add_argument("--out", default="ladder.json", help="ladder JSON (use with engine.spec.coupled.ladder=PATH)")
     q = ps.add_parser("spec", help="SpecActor's TGS profile: draft-step and verify costs per core count, draft acceptance")
     q.set_defaults(run=spec)
     q.add_argument("--model", required=True, help="target model (HF folder or known name)")
@@ -37,7 +37,7 @@ def add(sub) -> None:
     q.add_argument("--group", type=int, default=16, help="samples per prompt in the decoupled runtime's profile")
     q.add_argument("--max-new-tokens", type=int, default=160)
     q.add_argument("--temperature", type=float, default=1.0)
-    q.add_argument("--out", default="spec_profile.json", help="profile JSON (use with engine.spec.profile=PATH)")
+    q.add_argument("--out", default="spec_profile.json", help="profile JSON (use with engine.spec.decoupled.profile=PATH)")
     q = ps.add_parser("engine", help="decode / prefill latency of the engine on this machine (for tailrl simulate)")
     q.set_defaults(run=engine)
     q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
@@ -61,6 +61,7 @@ def _grid_args(q, batches: list[int], contexts: list[int], steps: int) -> None:
 
 def _grid(a):
     """(engine config, sorted batches, sorted contexts) of a latency-grid command, checked."""
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.config import EngineConfig, load_config
 
     if min(a.batches) < 1 or min(a.contexts) < 1 or a.steps < 9:
@@ -69,12 +70,13 @@ def _grid(a):
 
 
 def ladder(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     import torch
 
     from tailrl.config import EngineConfig, SpecConfig
     from tailrl.engine import Engine
-    from tailrl.engine.spec.ladder import ALPHAS
-    from tailrl.engine.spec.profile import profile_ladder
+    from tailrl.engine.spec.coupled.ladder import ALPHAS
+    from tailrl.engine.spec.profiling.ladder import profile_ladder
     from tailrl.model import load
 
     if a.k_max < 1 or min(a.batches) < 1:
@@ -90,15 +92,13 @@ def ladder(a) -> int:
 
 
 def spec(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     import os
 
-    from tailrl.engine.spec.profile_tgs import (
-        measure_acceptance,
-        profile_tgs,
-        read_prompts,
-        save_tgs_profile,
-        workload,
-    )
+    from tailrl.bench.spec_workload import measure_acceptance, prompt_texts, workload
+    from tailrl.engine import Engine
+    from tailrl.engine.spec.decoupled.tgs import save_tgs_profile
+    from tailrl.engine.spec.profiling.tgs import profile_tgs
     from tailrl.model import load
 
     cores = len(os.sched_getaffinity(0))
@@ -111,8 +111,8 @@ def spec(a) -> int:
         if split[1] < 1:
             raise UserError(f"--draft-cores {a.draft_cores} leaves no core to verify on ({cores} available)")
     model, tok = load(a.model)
-    texts = read_prompts(a.prompts, a.samples) if a.prompts else None
-    prof = profile_tgs(model, a.draft, threads, tuple(sorted(a.batches)), tuple(sorted(a.windows)), a.reps,
+    texts = prompt_texts(a.prompts, a.samples) if a.prompts else None
+    prof = profile_tgs(Engine, model, a.draft, threads, tuple(sorted(a.batches)), tuple(sorted(a.windows)), a.reps,
                        progress=lambda m: print(m, flush=True), decoupled=split,
                        requests=workload(tok, texts, a.group, a.max_new_tokens, a.temperature) if texts else None)
     if texts:
@@ -128,9 +128,10 @@ def spec(a) -> int:
 
 
 def engine(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.engine import Engine
+    from tailrl.engine.latency_profile import profile_engine, save_profile
     from tailrl.model import load
-    from tailrl.sim.profile import profile_engine, save_profile
 
     cfg, batches, contexts = _grid(a)
     model, _ = load(a.model, tokenizer=False)
@@ -142,6 +143,7 @@ def engine(a) -> int:
 
 
 def tp(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.model import load
     from tailrl.parallel.profile import profile_tp
 

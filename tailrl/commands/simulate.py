@@ -12,6 +12,7 @@ def add(sub) -> None:
 
 
 def run(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.sim.command import run_simulate
 
     config, overrides = a.config, list(a.overrides)

@@ -30,12 +30,14 @@ def add(sub) -> None:
 
 
 def run_demo(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.demo.run import run_demo as demo
 
     return demo(a.out_dir, a.overrides)
 
 
 def run_train(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.config import load_config
     from tailrl.train.console import StepDisplay
     from tailrl.train.trainer import Trainer, resume_config, run_dir_for
@@ -53,6 +55,7 @@ def run_train(a) -> int:
         cfg = load_config(a.config, overrides)
         run_dir = a.run_dir or run_dir_for(cfg)
     trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -68,14 +71,14 @@ def run_train(a) -> int:
 
 
 def run_eval(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     import json
     from dataclasses import replace
     from pathlib import Path
 
     from tailrl.config import load_config
     from tailrl.data.datasets import encode_example, load_dataset
-    from tailrl.engine import SamplingParams
-    from tailrl.generate import build_engine
+    from tailrl.engine import SamplingParams, build_engine
     from tailrl.model import load
     from tailrl.rewards import build_reward
     from tailrl.train.checkpoint import latest_checkpoint

@@ -1,20 +1,11 @@
-"""The GroupController protocol and its registry."""
+"""The GroupController protocol and its registry (control.kind)."""
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable
 from typing import Protocol
 
-
-def len_max_over_median(lengths: list[int]) -> float:
-    """max / median of one group's response lengths (median of >= 1 token)."""
-    return max(lengths) / max(statistics.median(lengths), 1.0)
-
-
-def straggler_event(lengths: list[int], tau: float) -> bool:
-    """A group straggles when its longest response exceeds tau x its median (SAGC's definition)."""
-    return len_max_over_median(lengths) > tau
+from tailrl.errors import UserError
+from tailrl.registry import Registry
 
 
 class GroupController(Protocol):
@@ -33,15 +24,12 @@ class GroupController(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-CONTROLLERS: dict[str, Callable[..., GroupController]] = {}
+CONTROLLERS: Registry[type[GroupController]] = Registry("control.kind")
 
 
 def build_controller(kind: str, **kwargs) -> GroupController:
-    from tailrl.errors import UserError
-
-    if kind not in CONTROLLERS:
-        raise UserError(f"unknown control.kind '{kind}'; valid: {', '.join(CONTROLLERS)}")
+    cls = CONTROLLERS.get(kind)
     try:
-        return CONTROLLERS[kind](**kwargs)
+        return cls(**kwargs)
     except ValueError as e:  # controllers validate their own settings
         raise UserError(f"control: {e}") from e

@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 import random
 
-from tailrl.control.base import CONTROLLERS, straggler_event
+from tailrl.control.base import CONTROLLERS
+from tailrl.tail import DEFAULT_TAU, straggler_event
 
 
 def monotone(draws: dict[int, float], candidates: list[int]) -> dict[int, float]:
@@ -45,6 +46,7 @@ def monotone(draws: dict[int, float], candidates: list[int]) -> dict[int, float]
     return out
 
 
+@CONTROLLERS.register("sagc")
 class SAGCController:
     """Straggler-aware group-size controller.
 
@@ -69,7 +71,7 @@ class SAGCController:
     observation it returns ``group_size``.
     """
 
-    def __init__(self, group_size: int = 8, candidates=(4, 8, 16), tau: float = 1.25, delta: float = 0.1,
+    def __init__(self, group_size: int = 8, candidates=(4, 8, 16), tau: float = DEFAULT_TAU, delta: float = 0.1,
                  eta: float = 0.5, gamma: float = 0.98, lambda_max: float = 10.0, prior=(1.0, 1.0),
                  seed: int = 0, **_):
         cands = sorted({int(c) for c in candidates})
@@ -139,7 +141,7 @@ class SAGCController:
         return {g: self.alpha[g] / (self.alpha[g] + self.beta[g]) for g in self.candidates}
 
     def metrics(self) -> dict[str, float]:
-        m = {"sagc/group_size": float(self.group_size), "sagc/lambda": self.lam, "sagc/delta": self.delta}
+        m = {"sagc/lambda": self.lam, "sagc/delta": self.delta}  # G itself: the trainer's rollout/group_size
         m |= {f"sagc/p_hat/G={g}": p for g, p in self.posterior_mean().items()}
         return m
 
@@ -164,5 +166,3 @@ class SAGCController:
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
 
-
-CONTROLLERS["sagc"] = SAGCController

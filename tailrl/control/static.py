@@ -5,6 +5,7 @@ from __future__ import annotations
 from tailrl.control.base import CONTROLLERS
 
 
+@CONTROLLERS.register("static")
 class StaticController:
     def __init__(self, group_size: int, **_):
         self.group_size = group_size
@@ -24,5 +25,3 @@ class StaticController:
     def load_state_dict(self, state: dict) -> None:
         self.group_size = state["group_size"]
 
-
-CONTROLLERS["static"] = StaticController

@@ -23,6 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow
+import pyarrow.parquet as pq
+
 from tailrl.config import DataConfig
 from tailrl.data.formats import SCHEMAS, Parsed, RowError, detect_schema, jsonable, reasoning_gym_rows
 from tailrl.data.prompts import encode_row
@@ -90,11 +93,6 @@ def _read_json(path: Path) -> Iterator[Record]:
 
 
 def _read_parquet(path: Path) -> Iterator[Record]:
-    try:
-        import pyarrow
-        import pyarrow.parquet as pq
-    except ImportError as e:
-        raise UserError("reading parquet needs pyarrow: pip install pyarrow") from e
     i = 0
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):  # streamed: data.limit stops early
@@ -108,6 +106,7 @@ def _read_parquet(path: Path) -> Iterator[Record]:
 def _read_hf_disk(path: Path) -> Iterator[Record]:
     """A `datasets.save_to_disk` folder; a DatasetDict folder yields its "train" split (or its only one)."""
     try:
+        # lazy: optional dependency (the [e2e] extra)
         import datasets
     except ImportError as e:
         raise UserError(f"{path} is a Hugging Face `datasets` folder; reading it needs: pip install datasets") from e

@@ -15,6 +15,7 @@ Schemas (what the public files look like):
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -204,14 +205,15 @@ def detect_schema(row: dict, cfg: DataConfig) -> str:
 def reasoning_gym_rows(task: str, size: int, seed: int, args: dict | None = None) -> list[dict]:
     """Generate a reasoning-gym task offline; each row keeps the entry's metadata and the task name."""
     try:
+        # lazy: optional dependency (the [gym] extra)
         import reasoning_gym
     except ImportError as e:
         raise UserError('reasoning-gym sources need the reasoning-gym package: pip install "tailrl[gym]" '
                         "(or pip install reasoning-gym)") from e
+    # lazy: optional dependency (the [gym] extra)
     from reasoning_gym.factory import DATASETS
 
     if task not in DATASETS:
-        import difflib
 
         close = difflib.get_close_matches(task, list(DATASETS), n=5, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -28,11 +28,12 @@ import torch
 
 from tailrl.config import EngineConfig
 from tailrl.data.demo_task import DemoTask
+from tailrl.demo.run import DEMO_TASK, demo_policy
 from tailrl.demo.warmstart import WarmStartSpec, model_args
-from tailrl.engine import Request, Rollout, SamplingParams
-from tailrl.engine.spec.acceptance import keyed_acceptance, pack
-from tailrl.generate import build_engine
+from tailrl.engine import Request, Rollout, SamplingParams, build_engine
+from tailrl.engine.spec.profiling.acceptance import keyed_acceptance, pack
 from tailrl.model import build_model, init_random, load, save_hf
+from tailrl.model.loading import cache_dir
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,5 @@ DEMO_DRAFT_SPEC = DraftSpec(heads=4, kv_heads=2, steps=2400, batch=8)
 
 def demo_draft(progress=None) -> Path:
     """Folder of the demo policy's draft (distilled once, then cached next to the policy)."""
-    from tailrl.demo.run import DEMO_TASK, demo_policy
-    from tailrl.model.loading import cache_dir
 
     return distill_draft(demo_policy(), cache_dir() / "demo", DEMO_TASK, DEMO_DRAFT_SPEC, progress=progress)

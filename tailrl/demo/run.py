@@ -14,6 +14,9 @@ import statistics
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from tailrl.config import (
     AlgoConfig,
     Config,
@@ -27,7 +30,11 @@ from tailrl.config import (
 )
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.warmstart import WarmStartSpec, warm_start
-from tailrl.train.metrics import step_rows
+from tailrl.model.loading import cache_dir
+from tailrl.train.console import StepDisplay
+from tailrl.train.metrics import read_metrics, step_rows
+from tailrl.train.report import write_report
+from tailrl.train.trainer import Trainer
 
 DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5, p_recheck=0.0, p_review=0.03)
 DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
@@ -35,7 +42,6 @@ DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  #
 
 def demo_policy(progress=None) -> Path:
     """Folder of the warm-started demo policy (trained once, then cached)."""
-    from tailrl.model.loading import cache_dir
 
     return warm_start(cache_dir() / "demo", DEMO_TASK, DEMO_SPEC, progress=progress)
 
@@ -75,13 +81,6 @@ def write_splits(run_dir: Path, task: DemoTask, n_train: int = 20000, n_test: in
 
 
 def run_demo(out_dir: str | None, overrides: list[str]) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tailrl.train.console import StepDisplay
-    from tailrl.train.report import write_report
-    from tailrl.train.trainer import Trainer
-
     console = Console(stderr=True)
     run_dir = Path(out_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     t0 = time.perf_counter()
@@ -98,7 +97,6 @@ def run_demo(out_dir: str | None, overrides: list[str]) -> int:
     console.print((run_dir / "config.yaml").read_text().rstrip(), style="dim")
     with StepDisplay(cfg.train.total_steps, 0, console) as display:
         trainer.fit(on_step=display)
-    from tailrl.train.metrics import read_metrics
 
     rows = read_metrics(run_dir)
     evals = [r for r in rows if r.get("eval/accuracy") is not None]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
 from tailrl.data.demo_task import VOCAB
 
 SPECIALS = ["<pad>", "<s>", "</s>"]
 
 
 def demo_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    # lazy: transformers takes seconds to import; only tokenizers and HF checkpoints need it
     from transformers import PreTrainedTokenizerFast
 
     vocab = {t: i for i, t in enumerate(SPECIALS + VOCAB)}

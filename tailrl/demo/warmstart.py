@@ -7,9 +7,11 @@ arithmetic slips, so RL has accuracy to win and the group lengths have a real ta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from tailrl.data.demo_task import DemoTask
+from tailrl.demo.tokenizer import demo_tokenizer
 from tailrl.model import ModelArgs, build_model, init_random, save_hf
 
 
@@ -35,8 +38,6 @@ class WarmStartSpec:
     time_budget_s: float = 600.0  # safety stop on a very slow machine (the result then depends on speed)
 
     def key(self, task: DemoTask) -> str:
-        import hashlib
-
         blob = json.dumps({"spec": asdict(self), "task": asdict(task), "v": 1}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -95,7 +96,6 @@ def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartSp
                progress=None) -> Path:
     """Folder of the warm-started policy (trained once per task/spec, then cached)."""
     task, spec = task or DemoTask(), spec or WarmStartSpec()
-    from tailrl.demo.tokenizer import demo_tokenizer
 
     folder = Path(cache_root) / f"demo-policy-{spec.key(task)}"
     if (folder / "model.safetensors").is_file() and (folder / "warmstart.json").is_file():
@@ -106,7 +106,6 @@ def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartSp
     save_hf(model, tmp, tokenizer=tok)
     (tmp / "warmstart.json").write_text(json.dumps({"task": asdict(task), "spec": asdict(spec), **info}, indent=1))
     if folder.exists():
-        import shutil
 
         shutil.rmtree(folder)
     tmp.rename(folder)

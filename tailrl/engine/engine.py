@@ -6,75 +6,39 @@
 `add()` / `step()` / `has_unfinished()` drive it incrementally (new requests may join mid-rollout).
 Every token is keyed by (seed, uid, sample index, position), so output never depends on batching,
 arrival order or preemption.
+
+A decode step is taken by the engine's DecodeStrategy (engine/strategy.py: plain, coupled or decoupled
+speculation); strategies use only the public decode API below (`now`, `forward`, `sample`,
+`sample_windows`, `decode_step`, `commit`, `record`) and the cache's bookkeeping.
 """
 
 from __future__ import annotations
 
-import time
+import statistics
 from collections.abc import Callable, Iterable
 
 import torch
 
 from tailrl.config import EngineConfig
-from tailrl.engine.keyed import keyed_sample_hashed, position_hash
+from tailrl.engine.clock import Clock
 from tailrl.engine.kv_cache import PagedKVCache
+from tailrl.engine.probe import time_forward
 from tailrl.engine.request import Request, Rollout
 from tailrl.engine.runner import ModelRunner
+from tailrl.engine.sampling import sample_rows, sample_windows
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
+from tailrl.engine.spec.modes import build_strategy
 from tailrl.engine.stops import finish_reason
+from tailrl.engine.strategy import DecodeStrategy
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
-
-
-def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
-    """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
-    sequence's next index. The key's definition (and the tests' oracle); sampling goes through
-    sample_hashes, which hashes the same keys with each sequence's fixed part computed once."""
-    pos = positions if positions is not None else [s.num_generated for s in seqs]
-    return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
-                        dtype=torch.long, device=device)
-
-
-def sample_hashes(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
-    """(B,) int64 hashes of sample_keys(seqs, positions): each sequence's fixed key part is hashed once
-    (Sequence.key_prefix), so a step hashes only the positions. uniform_from_hash of these is the uniform
-    the inverse-CDF sampler draws (drafters that sample with the target's randomness use it)."""
-    pos = positions if positions is not None else [s.num_generated for s in seqs]
-    pp = torch.tensor([[s.key_prefix, p] for s, p in zip(seqs, pos)], dtype=torch.long, device=device)
-    return position_hash(pp[:, 0], pp[:, 1])
-
-
-def _params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row (temperature (B,), top_k (B,), top_p (B,)) of seqs' sampling parameters, in one transfer."""
-    p = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
-                      for s in seqs], dtype=torch.float64, device=device)
-    return p[:, 0].float(), p[:, 1].long(), p[:, 2].float()
-
-
-def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str):
-    """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
-    parameters: the engine's sampler, shared with drafters that sample in another process."""
-    dev = logits.device
-    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *_params(seqs, dev), sampler)
-
-
-def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
-    """Keyed samples for consecutive positions of each sequence: logits (sum(counts), V) holds counts[i]
-    rows for seqs[i] at positions num_generated + 0 .. counts[i] - 1 (a verify window). The same keys and
-    parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
-    dev = logits.device
-    c = torch.tensor(counts, device=dev)
-    pp = torch.tensor([[s.key_prefix, s.num_generated] for s in seqs], dtype=torch.long,
-                      device=dev).repeat_interleave(c, 0)  # (N, 2)
-    start = torch.cumsum(c, 0) - c
-    pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
-    temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in _params(seqs, dev))
-    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler)
+from tailrl.tail import DEFAULT_TAU
 
 
 class Engine:
     def __init__(self, model, config: EngineConfig | None = None, eos_ids: Iterable[int] = (),
-                 detokenize: Callable[[list[int]], str] | None = None, tau: float = 1.25):
+                 detokenize: Callable[[list[int]], str] | None = None, tau: float = DEFAULT_TAU,
+                 clock: Clock | None = None):
         self.model = model
         self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
@@ -84,21 +48,14 @@ class Engine:
         self.eos_ids = frozenset(eos_ids) or frozenset(model.args.eos_token_ids)
         self.detokenize = detokenize
         self.tau = tau
+        self.clock = clock or Clock()  # a TP/DP switch hands the rollout's clock to the engines it builds
         self._next_seq = 0
         self._b1_step_s: float | None = None
         self._finished: list[Rollout] = []
         self.trace = RolloutTrace(tau=tau)
-        self._t0 = time.perf_counter()
-        self.speculator = None
-        if config.spec.method != "none":
-            from tailrl.engine.spec.modes import build_speculator
-
-            self.speculator = build_speculator(self, config.spec)
+        self.strategy: DecodeStrategy = build_strategy(self, config.spec)
 
     # -- intake ---------------------------------------------------------------------------------
-    def _now(self) -> float:
-        return time.perf_counter() - self._t0
-
     def add(self, request: Request) -> None:
         """Queue a request's n samples; an invalid request yields error rollouts at once."""
         error = request.error or self._validate(request)
@@ -107,7 +64,7 @@ class Engine:
             budget = request.max_new_tokens[i] if request.max_new_tokens else request.params.max_new_tokens
             seq = Sequence(self._next_seq, request, k, budget, list(request.prompt_ids), len(request.prompt_ids))
             self._next_seq += 1
-            seq.t_start = self._now()
+            seq.t_start = self.now()
             if error:
                 self._fail(seq, error)
             else:
@@ -115,8 +72,7 @@ class Engine:
 
     def close(self) -> None:
         """Release what the engine started besides memory (a decoupled speculator's drafter process)."""
-        if self.speculator is not None:
-            self.speculator.close()
+        self.strategy.close()
 
     def take_finished(self) -> list[Rollout]:
         """Rollouts finished outside step() (invalid requests fail at add()), handed over once."""
@@ -140,9 +96,9 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    # -- one forward ----------------------------------------------------------------------------
+    # -- one engine step ------------------------------------------------------------------------
     def step(self) -> list[Rollout]:
-        """Run one prefill or decode forward; returns the rollouts that finished in it."""
+        """Run one prefill forward or one decode step; returns the rollouts that finished in it."""
         self._finished = []
         sch = self.scheduler
         admitted = sch.admit()
@@ -152,10 +108,8 @@ class Engine:
             ready, impossible = sch.prepare_decode()
             for seq in impossible:
                 self._fail(seq, "sequence no longer fits in the KV cache (raise engine.kv_cache_tokens)")
-            if ready and self.speculator is not None:
-                self.speculator.decode(self, ready)
-            elif ready:
-                self._decode(ready)
+            if ready:
+                self.strategy.decode(ready)
         elif sch.waiting:  # nothing running and the head still does not fit: it never will
             seq = sch.waiting.popleft()
             self._fail(seq, f"sequence of {len(seq.tokens)} tokens exceeds the KV cache")
@@ -166,10 +120,9 @@ class Engine:
         rows = [s for s in admitted if s.group_parent is None]
         for s in rows:
             self.cache.ensure(s.seq_id, s.num_cached, s.pending)
-        t0 = self._now()
+        t0 = self.now()
         n_tokens = sum(s.pending for s in rows)
-        logits = self.runner.forward([s.seq_id for s in rows], [s.num_cached for s in rows],
-                                     [s.tokens[s.num_cached:] for s in rows])
+        logits = self.forward(rows, [s.tokens[s.num_cached:] for s in rows])
         for s in rows:
             s.num_cached = len(s.tokens)
         row_of = {id(s): i for i, s in enumerate(rows)}
@@ -185,22 +138,56 @@ class Engine:
         logits = logits[torch.tensor(order, device=logits.device)]
         self.scheduler.start_running(admitted)
         self._sample_and_advance(admitted, logits)
-        self.trace.steps.append(StepRecord("prefill", t0, self._now(), len(admitted), n_tokens, len(admitted)))
+        self.record("prefill", t0, len(admitted), n_tokens, len(admitted))
 
-    def _decode(self, ready: list[Sequence]) -> None:
-        t0 = self._now()
-        logits = self.runner.forward([s.seq_id for s in ready], [s.num_cached for s in ready],
-                                     [s.tokens[s.num_cached:] for s in ready])
+    # -- the decode API (engine/strategy.py) ------------------------------------------------------
+    def now(self) -> float:
+        """Seconds since this rollout started (the trace's time axis)."""
+        return self.clock.now()
+
+    def forward(self, seqs: list[Sequence], tokens: list[list[int]], tree_mask: list | None = None,
+                tree_depth: list | None = None, logits_rows: list[list[int]] | None = None) -> torch.Tensor:
+        """One model forward: row i processes tokens[i] at positions seqs[i].num_cached onwards (their
+        blocks ensured) and writes their K/V. Returns logits (B, V) at each row's last token, or
+        (B, R, V) at logits_rows (see ModelRunner.forward; tree_mask/tree_depth: token-tree rows)."""
+        return self.runner.forward([s.seq_id for s in seqs], [s.num_cached for s in seqs], tokens,
+                                   tree_mask=tree_mask, tree_depth=tree_depth, logits_rows=logits_rows)
+
+    def decode_step(self, ready: list[Sequence]) -> None:
+        """A plain decode step: one forward over each sequence's pending tokens, one keyed sample each."""
+        t0 = self.now()
+        logits = self.forward(ready, [s.tokens[s.num_cached:] for s in ready])
         for s in ready:
             s.num_cached = len(s.tokens)
         self._sample_and_advance(ready, logits)
-        self.trace.steps.append(StepRecord("decode", t0, self._now(), len(ready), len(ready), len(ready)))
+        self.record("decode", t0, len(ready), len(ready), len(ready))
 
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
-        """Keyed samples for rows of logits (B, V); positions default to each sequence's next index."""
+        """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V); positions default to each
+        sequence's next index."""
         return sample_rows(seqs, logits, positions, self.config.sampler)
 
-    def advance(self, seq: Sequence, token: int, logprob: float) -> bool:
+    def sample_windows(self, seqs: list[Sequence], logits: torch.Tensor, counts: list[int]):
+        """Keyed samples at positions num_generated + 0 .. counts[i] - 1 of each sequence (a verify
+        window); logits (sum(counts), V)."""
+        return sample_windows(seqs, logits, counts, self.config.sampler)
+
+    def commit(self, seq: Sequence, num_cached: int, tokens: list[int], logprobs: list[float]) -> int:
+        """Accept verified tokens: the cache keeps K/V of seq's first `num_cached` positions (the rest is
+        rolled back), then tokens are appended one by one until the sequence stops. Returns how many were
+        appended. Every strategy ends a step here, so a finished sequence leaves the engine the same way."""
+        seq.num_cached = num_cached
+        self.cache.truncate(seq.seq_id, num_cached)
+        for j, (tok, lp) in enumerate(zip(tokens, logprobs)):
+            if self._advance(seq, tok, lp):
+                return j + 1
+        return len(tokens)
+
+    def record(self, kind: str, t0: float, batch: int, tokens: int, emitted: int) -> None:
+        """Append one forward to the rollout trace (kind: prefill | decode | verify), ending now."""
+        self.trace.steps.append(StepRecord(kind, t0, self.now(), batch, tokens, emitted))
+
+    def _advance(self, seq: Sequence, token: int, logprob: float) -> bool:
         """Append one sampled token; finish the sequence when it stops. Returns whether it finished."""
         seq.tokens.append(token)
         seq.logprobs.append(logprob)
@@ -212,7 +199,7 @@ class Engine:
     def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         tokens, logps = self.sample(seqs, logits)
         for s, t, lp in zip(seqs, tokens.tolist(), logps.tolist()):
-            self.advance(s, t, lp)
+            self._advance(s, t, lp)
 
     def rollback(self, seq: Sequence, num_generated: int) -> None:
         """Forget generated tokens past `num_generated` (tokens, logprobs and their K/V).
@@ -254,9 +241,8 @@ class Engine:
     # -- results --------------------------------------------------------------------------------
     def _finish(self, seq: Sequence, reason: str, error: str | None = None) -> None:
         self.scheduler.finish(seq)
-        seq.finish_reason, seq.error, seq.t_finish = reason, error, self._now()
-        if self.speculator is not None:
-            self.speculator.release(seq)
+        seq.finish_reason, seq.error, seq.t_finish = reason, error, self.now()
+        self.strategy.release(seq)
         r = Rollout(seq.request.uid, seq.sample_index, seq.tokens[: seq.num_prompt], seq.generated, seq.logprobs,
                     reason, error, seq.t_start, seq.t_finish)
         self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason,
@@ -272,9 +258,8 @@ class Engine:
                  ) -> tuple[list[Rollout], RolloutTrace]:
         """Run requests to completion. Returns rollouts sorted by (uid, sample index) and the trace."""
         self.trace = RolloutTrace(tau=self.tau)
-        self._t0 = time.perf_counter()
-        if self.speculator is not None:
-            self.speculator.reset_counters()
+        self.clock.reset()
+        self.strategy.begin_rollout()
         out: list[Rollout] = []
         self._finished = []
         for r in requests:
@@ -289,30 +274,15 @@ class Engine:
             if on_finish:
                 for r in done:
                     on_finish(r)
-        self.trace.t_end = self._now()
-        if self.speculator is not None:
-            self.trace.spec = self.speculator.metrics()
-            self.speculator.end_rollout()
+        self.trace.t_end = self.now()
+        self.trace.spec = self.strategy.metrics()
+        self.strategy.end_rollout()
         self.trace.b1_step_s = self.calibrate_b1() if self.trace.b1_step_time() is None else None
         out.sort(key=lambda r: (r.uid, r.sample_index))
         return out, self.trace
 
-    @torch.inference_mode()
-    def calibrate_b1(self, steps: int = 8) -> float:
+    def calibrate_b1(self, reps: int = 8) -> float:
         """Median wall time of a batch-1 decode step (short context); cached per engine."""
         if self._b1_step_s is None:
-            import statistics
-
-            sid = -1
-            self.cache.ensure(sid, 0, 16 + steps)
-            times = []
-            try:
-                self.runner.forward([sid], [0], [list(range(16))])
-                for i in range(steps):
-                    t = time.perf_counter()
-                    self.runner.forward([sid], [16 + i], [[1]])
-                    times.append(time.perf_counter() - t)
-            finally:
-                self.cache.free(sid)
-            self._b1_step_s = statistics.median(times)
+            self._b1_step_s = statistics.median(time_forward(self, 1, 1, ctx=16, reps=reps))
         return self._b1_step_s

@@ -1,5 +1,6 @@
-"""Offline latency profile of tailrl's own engine on this machine, for the simulator's `Profiled`
-model (PAT §4.2's profiler, single device): dummy batches of random-token prompts run through
+"""Offline latency profile of tailrl's own engine on this machine (`tailrl profile engine`, and per TP
+degree `tailrl profile tp`), for the `Profiled` predictor of tailrl/perf/latency.py that the simulator
+and PAT's live controller share (PAT §4.2's profiler): dummy batches of random-token prompts run through
 `Engine.generate` with forced lengths, so every cost the engine pays per step (forward, sampling,
 scheduling) is in the numbers.
 
@@ -17,10 +18,11 @@ import random
 import statistics
 from pathlib import Path
 
+from tailrl.engine.request import Request, SamplingParams
+from tailrl.engine.spec.cost import fit_affine
+
 
 def _requests(b: int, c: int, new_tokens: int, vocab: int, seed: int):
-    from tailrl.engine import Request, SamplingParams
-
     rng = random.Random(seed)
     params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True, seed=seed)
     return [Request([rng.randrange(vocab) for _ in range(c)], uid=i, params=params) for i in range(b)]
@@ -29,8 +31,6 @@ def _requests(b: int, c: int, new_tokens: int, vocab: int, seed: int):
 def profile_engine(engine, vocab: int, batches=(1, 4, 16, 64, 128, 256), contexts=(16, 64, 192),
                    decode_steps: int = 40, window: int = 8, progress=None) -> dict:
     """Returns {"decode": {"1": {b: [[ctx, s], ...]}}, "prefill": {"1": [[tokens, s], ...]}, "meta": ...}."""
-    from tailrl.engine.spec.cost import fit_affine
-
     decode: dict[str, list] = {}
     prefill: list[tuple[int, float]] = []
     rounds: list[tuple[float, float]] = []  # (sequences, seconds outside the forwards)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tailrl.engine.keyed import prefix_hash
 from tailrl.engine.request import Request
 
 
@@ -29,8 +30,6 @@ class Sequence:
     def key_prefix(self) -> int:
         """prefix_hash of this sample's key (seed, uid, sample index), computed once."""
         if self._key_prefix is None:
-            from tailrl.engine.keyed import prefix_hash
-
             self._key_prefix = prefix_hash(self.request.params.seed, self.request.uid, self.sample_index)
         return self._key_prefix
 

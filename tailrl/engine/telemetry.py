@@ -1,7 +1,7 @@
 """RolloutTrace: what happened during one rollout, and the tail metrics derived from it.
 
-Shared vocabulary (DESIGN.md): per group `len_max_over_median`, straggler event = ratio > tau (1.25);
-per rollout `straggler_rate`, `tail_phase_frac`, `tail_efficiency`.
+The tail vocabulary is tailrl/tail.py's (ARCHITECTURE.md): per group `len_max_over_median`, straggler
+event = ratio > tau (1.25); per rollout `straggler_rate`, `tail_phase_frac`, `tail_efficiency`.
 
 - tail phase: from the first moment the active batch falls below half of its peak until the end
   (PAT's "tail phase": a few long responses keep running while most have finished);
@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tailrl.control.base import len_max_over_median, straggler_event
+from tailrl.tail import DEFAULT_TAU, len_max_over_median, straggler_rate, tail_efficiency
 
 
 def merge_spec(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -54,7 +54,7 @@ class RolloutTrace:
     requests: list[RequestRecord] = field(default_factory=list)
     t_end: float = 0.0
     b1_step_s: float | None = None  # calibrated batch-1 decode step time (fallback)
-    tau: float = 1.25
+    tau: float = DEFAULT_TAU
     preemptions: int = 0
     spec: dict[str, float] = field(default_factory=dict)  # speculation metrics (spec/...), empty when off
 
@@ -96,8 +96,7 @@ class RolloutTrace:
         return [len_max_over_median(v) for v in self.group_lengths().values() if len(v) >= 2]
 
     def straggler_rate(self) -> float:
-        groups = [v for v in self.group_lengths().values() if len(v) >= 2]
-        return sum(straggler_event(v, self.tau) for v in groups) / len(groups) if groups else 0.0
+        return straggler_rate(list(self.group_lengths().values()), self.tau)
 
     def tail_phase_frac(self) -> float:
         if not self.steps or self.t_end <= 0:
@@ -113,11 +112,8 @@ class RolloutTrace:
         return statistics.median(b1) if b1 else self.b1_step_s
 
     def tail_efficiency(self) -> float:
-        b1 = self.b1_step_time()
         lengths = [r.num_tokens for r in self.requests if r.finish_reason != "error"]
-        if b1 is None or not lengths or self.t_end <= 0:
-            return 0.0
-        return max(lengths) * b1 / self.t_end
+        return tail_efficiency(max(lengths, default=0), self.b1_step_time(), self.t_end)
 
     def summary(self) -> dict[str, float]:
         ratios = self.len_max_over_median()

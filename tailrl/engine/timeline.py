@@ -8,9 +8,11 @@ from tailrl.engine.telemetry import RolloutTrace
 
 
 def plot_timeline(trace: RolloutTrace, path: str | Path, title: str = "rollout timeline") -> Path:
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib.pyplot as plt
 
     times, batch = trace.timeline()

@@ -9,14 +9,18 @@ dequantised, .bin goes through torch.load with weights_only) and their tensors r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from tailrl.errors import UserError
 from tailrl.model.args import ModelArgs
 from tailrl.model.decoder import CausalLM
-from tailrl.model.weights import load_weights
+from tailrl.model.hub import resolve
+from tailrl.model.weights import hf_state_dict, load_weights
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -28,6 +32,19 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype '{dtype}'; valid: {', '.join(DTYPES)}")
     return DTYPES[dtype]
+
+
+def resolve_device(device: str) -> str:
+    """model.device -> a torch device string: auto is CUDA when available, else the CPU; asking for CUDA on a
+    machine without it is the user's error (one line), not a torch assertion."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"model.device is '{device}' but this machine has no CUDA device (torch "
+                        f"{torch.__version__}); use model.device=auto or cpu")
+    if device.split(":")[0] not in ("cpu", "cuda", "mps", "xpu"):
+        raise UserError(f"unknown model.device '{device}'; valid: auto, cpu, cuda, cuda:N")
+    return device
 
 
 def read_config(folder: Path) -> dict:
@@ -56,8 +73,6 @@ def _safetensor_files(folder: Path) -> list[Path]:
 
 
 def iter_safetensors(files: list[Path]):
-    from safetensors import safe_open
-
     for f in files:
         with safe_open(str(f), framework="pt") as st:
             for name in st.keys():
@@ -66,6 +81,7 @@ def iter_safetensors(files: list[Path]):
 
 def _transformers_tensors(folder: Path, gguf_file: str | None):
     """Tensors of a checkpoint transformers can read but we do not parse ourselves (GGUF, .bin)."""
+    # lazy: transformers takes seconds to import; only tokenizers and HF checkpoints need it
     from transformers import AutoModelForCausalLM
 
     kwargs = {"dtype": torch.float32}
@@ -81,8 +97,6 @@ def _transformers_tensors(folder: Path, gguf_file: str | None):
 
 
 def cache_dir() -> Path:
-    import os
-
     return Path(os.environ.get("TAILRL_CACHE", Path.home() / ".cache" / "tailrl"))
 
 
@@ -107,13 +121,13 @@ def _converted_gguf(folder: Path, gguf_file: str) -> Path:
 def hf_folder(ref: str | Path) -> Path:
     """A plain Hugging Face folder for a model reference (a known name or a GGUF is converted once and
     cached), for tools that need one (e.g. TRL in `tailrl bench e2e`)."""
-    from tailrl.model.hub import resolve
 
     folder, gguf_file = resolve(str(ref), None)
     return _converted_gguf(folder, gguf_file) if gguf_file is not None else folder
 
 
 def load_tokenizer(folder: str | Path, gguf_file: str | None = None):
+    # lazy: transformers takes seconds to import; only tokenizers and HF checkpoints need it
     from transformers import AutoTokenizer
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
@@ -121,16 +135,15 @@ def load_tokenizer(folder: str | Path, gguf_file: str | None = None):
 
 
 def build_model(args: ModelArgs, dtype=torch.float32, device="cpu") -> CausalLM:
-    with torch.device(device):
+    with torch.device(resolve_device(device)):
         model = CausalLM(args)
     return model.to(dtype=resolve_dtype(dtype))
 
 
-def load(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "cpu", gguf_file: str | None = None,
+def load(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "auto", gguf_file: str | None = None,
          tokenizer: bool = True):
-    """Load a checkpoint as (native model in eval mode, HF tokenizer or None)."""
-    from tailrl.model.hub import resolve
-
+    """Load a checkpoint as (native model in eval mode, HF tokenizer or None); device: auto | cpu | cuda[:N]."""
+    device = resolve_device(device)
     folder, gguf_file = resolve(str(path), gguf_file)
     dt = resolve_dtype(dtype)
     if gguf_file is not None:
@@ -154,9 +167,6 @@ def load(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "
 
 def save_hf(model: CausalLM, folder: str | Path, tokenizer=None, hf_config: dict | None = None) -> Path:
     """Save as a plain Hugging Face folder (config.json + model.safetensors [+ tokenizer files])."""
-    from safetensors.torch import save_file
-
-    from tailrl.model.weights import hf_state_dict
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

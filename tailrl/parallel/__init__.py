@@ -10,6 +10,6 @@
     generate.py / torchrun.py  `tailrl generate --tp/--dp/--switch`, and the same under torchrun
 
 The layers themselves (column / row-parallel linears, vocab-parallel embedding and head, with their
-collectives in `forward`) live in tailrl/model/layers.py; the predictor and the switch rule are the
-simulator's (tailrl/sim/latency.py `Profiled`, tailrl/sim/pat.py `PatPolicy`), fed measured profiles.
+collectives in `forward`) live in tailrl/model/layers.py; the predictor and the switch rule are
+tailrl/perf's (latency.py `Profiled`, pat.py `PatPolicy`, shared with the simulator), fed measured profiles.
 """

@@ -1,14 +1,14 @@
 """PAT's switch controller (Alg. 1) on a real rollout: the simulator's `PatPolicy` (predicted
 remaining time under the current layout vs each candidate plus its one-time switch cost, every
 unfinished request bounded by max_new_tokens) fed with the measured `tailrl profile tp` table
-(piecewise-linear predictor, `tailrl.sim.latency.Profiled`) and the measured bandwidth."""
+(piecewise-linear predictor, `tailrl.perf.latency.Profiled`) and the measured bandwidth."""
 
 from __future__ import annotations
 
 from tailrl.parallel.layout import Layout
-from tailrl.sim.hardware import ModelSpec
-from tailrl.sim.latency import Profiled
-from tailrl.sim.pat import PatPolicy
+from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.latency import Profiled
+from tailrl.perf.pat import PatPolicy
 
 
 def model_bytes(args, bytes_per_param: int = 4) -> tuple[float, float]:

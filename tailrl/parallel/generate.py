@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tailrl.engine.telemetry import RequestRecord, RolloutTrace
 from tailrl.errors import UserError
+from tailrl.model import load
+from tailrl.model.weights import full_tensors
+from tailrl.parallel.controller import PatDecider
+from tailrl.parallel.dist import spawn
 from tailrl.parallel.layout import Layout
+from tailrl.parallel.rollout import forced, tp_generate
 
 
 @dataclass(frozen=True)
@@ -37,11 +43,6 @@ class SwitchSpec:
 
 def _rank_main(rank, world, model_path, requests, engine_cfg, tp, switch: SwitchSpec, profile, interval, eos_ids,
                max_new_tokens):
-    from tailrl.model import load
-    from tailrl.model.weights import full_tensors
-    from tailrl.parallel.controller import PatDecider
-    from tailrl.parallel.rollout import forced, tp_generate
-
     model, _ = load(model_path, tokenizer=False)  # full weights; each rank keeps only its shards
     args, tensors = model.args, list(full_tensors(model))
     del model
@@ -76,8 +77,6 @@ def check_layout(args, tp: int, dp: int, switch: SwitchSpec, profile: dict | Non
 def run_parallel_generate(model_path: str, requests: list, engine_cfg, tp: int, dp: int, switch: SwitchSpec,
                           profile: dict | None, eos_ids, max_new_tokens: int, interval: int = 8):
     """Returns (TPResult of rank 0, RolloutTrace built from it)."""
-    from tailrl.engine.telemetry import RequestRecord, RolloutTrace
-    from tailrl.parallel.dist import spawn
 
     if engine_cfg.spec.method != "none":
         raise UserError("speculation and --tp/--dp cannot be combined yet (use one or the other)")

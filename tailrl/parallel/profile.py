@@ -13,8 +13,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from tailrl.parallel.dist import GroupPool
+from tailrl.engine import Engine
+from tailrl.engine.latency_profile import profile_engine
+from tailrl.model import load
+from tailrl.model.layers import TPContext
+from tailrl.model.weights import full_tensors
+from tailrl.parallel.dist import GroupPool, spawn
 from tailrl.parallel.layout import Layout
+from tailrl.parallel.shard import sharded
 
 
 def measure_bandwidth(nbytes: int = 1 << 24, reps: int = 3) -> float:
@@ -35,10 +41,6 @@ def measure_bandwidth(nbytes: int = 1 << 24, reps: int = 3) -> float:
 def profile_tp_rank(rank: int, world: int, args, tensors: list, engine_cfg, tps: list[int], batches, contexts,
                     steps: int) -> dict:
     """Runs on every rank (collective); rank 0's measurements are the profile."""
-    from tailrl.engine import Engine
-    from tailrl.model.layers import TPContext
-    from tailrl.parallel.shard import sharded
-    from tailrl.sim.profile import profile_engine
 
     out = {"decode": {}, "prefill": {}, "world": world}
     pool = GroupPool()
@@ -63,9 +65,6 @@ def profile_tp_rank(rank: int, world: int, args, tensors: list, engine_cfg, tps:
 
 
 def _rank_profile(rank, world, model_path, engine_cfg, tps, batches, contexts, steps):
-    from tailrl.model import load
-    from tailrl.model.weights import full_tensors
-
     model, _ = load(model_path, tokenizer=False)
     args, tensors = model.args, list(full_tensors(model))
     del model
@@ -74,6 +73,5 @@ def _rank_profile(rank, world, model_path, engine_cfg, tps, batches, contexts, s
 
 def profile_tp(model_path: str, world: int, tps: list[int], engine_cfg, batches, contexts, steps: int) -> dict:
     """Spawn `world` ranks and profile every TP degree in `tps`; returns rank 0's profile."""
-    from tailrl.parallel.dist import spawn
 
     return spawn(_rank_profile, world, model_path, engine_cfg, tps, batches, contexts, steps)[0]

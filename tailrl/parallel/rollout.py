@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from tailrl.engine import Engine
+from tailrl.engine.clock import Clock
 from tailrl.engine.telemetry import StepRecord
 from tailrl.model.layers import TPContext, gather_cat
 from tailrl.parallel.dist import GroupPool
@@ -83,14 +84,13 @@ def _slice_heads(kv: torch.Tensor, tp: TPContext) -> torch.Tensor:
 class _Replica:
     """This rank's share of one layout: the TP context, the sharded model and its engine."""
 
-    def __init__(self, layout: Layout, rank: int, pool: GroupPool, build: Callable, engine_cfg, eos_ids, t0: float):
+    def __init__(self, layout: Layout, rank: int, pool: GroupPool, build: Callable, engine_cfg, eos_ids, clock: Clock):
         pool.layout_groups(layout)  # collective: every rank creates every new group, in order
         self.layout = layout
         self.tp = TPContext(pool.get(layout.group_of(rank)))
         self.leader = rank == layout.group_of(rank)[0]
         self.model = build(self.tp)
-        self.engine = Engine(self.model, engine_cfg, eos_ids=eos_ids)
-        self.engine._t0 = t0  # one clock for the whole rollout across switches
+        self.engine = Engine(self.model, engine_cfg, eos_ids=eos_ids, clock=clock)  # one clock across switches
 
 
 def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engine_cfg, layout: Layout,
@@ -99,9 +99,9 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
     if engine_cfg.spec.method != "none":
         raise ValueError("speculation inside a TP/DP-switching rollout is not supported")
     dist.barrier()  # one start for every rank's clock
-    t0 = time.perf_counter()
+    clock = Clock()
     pool = GroupPool()
-    rep = _Replica(layout, rank, pool, lambda tp: sharded(args, tensors, tp), engine_cfg, eos_ids, t0)
+    rep = _Replica(layout, rank, pool, lambda tp: sharded(args, tensors, tp), engine_cfg, eos_ids, clock)
     tensors.clear()  # consumed: from here on a rank holds only its shards
     share = [r for i, r in enumerate(requests) if i % layout.dp == layout.replica_of(rank)]
     for r in share:
@@ -124,7 +124,7 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
             continue
         mine = [(len(s.tokens), s.num_generated) for s in eng.scheduler.running + list(eng.scheduler.waiting)]
         everyone = [None] * world
-        dist.all_gather_object(everyone, (rep.leader, mine, time.perf_counter() - t0))  # collective: the world's work
+        dist.all_gather_object(everyone, (rep.leader, mine, clock.now()))  # collective: the world's work
         per_replica = [m for lead, m, _ in everyone if lead]
         if not any(per_replica):
             break
@@ -132,11 +132,11 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
         choice = decide(it, everyone[0][2], rep.layout, per_replica) if decide else None
         if choice is not None and choice[0] != rep.layout:
             del eng  # the old engine (and its KV pool) goes with the old replica
-            rep, event = _switch(rep, rank, world, pool, choice[0], choice[1], engine_cfg, eos_ids, t0, it)
+            rep, event = _switch(rep, rank, world, pool, choice[0], choice[1], engine_cfg, eos_ids, clock, it)
             event.info = choice[2]
             switches.append(event)
             layouts.append(str(rep.layout))
-    rollout_s = time.perf_counter() - t0
+    rollout_s = clock.now()
     gathered = [None] * world
     dist.all_gather_object(gathered, finished)  # collective: results to every rank
     rollouts = sorted((r for part in gathered for r in part), key=lambda r: (r.uid, r.sample_index))
@@ -144,10 +144,10 @@ def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engi
 
 
 def _switch(rep: _Replica, rank: int, world: int, pool: GroupPool, new: Layout, path: str, engine_cfg, eos_ids,
-            t0: float, it: int) -> tuple[_Replica, SwitchEvent]:
+            clock: Clock, it: int) -> tuple[_Replica, SwitchEvent]:
     if path not in ("migrate", "recompute"):
         raise ValueError(f"KV path must be migrate or recompute, got {path!r}")
-    t_start = time.perf_counter() - t0
+    t_start = clock.now()
     t_all = t = time.perf_counter()
     pool.layout_groups(new)  # collective; a no-op for groups already in the pool
     groups_s = time.perf_counter() - t
@@ -168,7 +168,7 @@ def _switch(rep: _Replica, rank: int, world: int, pool: GroupPool, new: Layout, 
         return model
 
     rep.engine = None  # drop the old KV pool before the new one is allocated (bounded peak memory)
-    nxt = _Replica(new, rank, pool, build, engine_cfg, eos_ids, t0)
+    nxt = _Replica(new, rank, pool, build, engine_cfg, eos_ids, clock)
     weights_s = timing["weights_s"]
     kv_bytes = 0
     for i, (seq, kv) in enumerate(pool_seqs):

@@ -30,7 +30,3 @@ def reshard(model: CausalLM, tp: TPContext) -> CausalLM:
     """model's weights re-split for `tp` (collective over the model's current TP group)."""
     p = next(model.parameters())
     return sharded(model.args, full_tensors(model), tp, p.dtype, str(p.device))
-
-
-def shard_bytes(model: CausalLM) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())

@@ -12,7 +12,16 @@ import argparse
 import json
 import sys
 
+import torch.distributed as dist
+
+from tailrl.config import EngineConfig
+from tailrl.data.prompts import read_prompts
+from tailrl.engine import Request, SamplingParams, eos_ids_of
+from tailrl.engine.completions import write_rollouts
 from tailrl.errors import UserError
+from tailrl.model import load
+from tailrl.parallel.dist import init_from_env
+from tailrl.parallel.generate import SwitchSpec, _rank_main, check_layout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,14 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tp-profile")
     p.add_argument("--out")
     a = p.parse_args(argv)
-
-    from tailrl.config import EngineConfig
-    from tailrl.data.prompts import read_prompts
-    from tailrl.engine import Request, SamplingParams
-    from tailrl.generate import eos_ids_of, write_rollouts
-    from tailrl.model import load
-    from tailrl.parallel.dist import init_from_env
-    from tailrl.parallel.generate import SwitchSpec, _rank_main, check_layout
 
     rank, world = init_from_env()
     try:
@@ -58,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank}: error: {e}", file=sys.stderr)
         return 2
     finally:
-        import torch.distributed as dist
 
         dist.destroy_process_group()
     if rank == 0:

@@ -19,21 +19,9 @@ import bisect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from tailrl.errors import UserError
-from tailrl.sim.hardware import GPU, ModelSpec
-
-
-class LatencyModel(Protocol):
-    def forward(self, tp: int, batch: int, new_tokens: int, context_tokens: float) -> float: ...
-
-    def decode(self, tp: int, batch: int, context_tokens: float) -> float: ...
-
-    def prefill(self, tp: int, tokens: int, batch: int = 1) -> float: ...
-
-    def round_s(self, sequences: int) -> float:
-        """A whole rollout's cost outside its forwards (requests in, rollouts out)."""
+from tailrl.perf.hardware import GPU, ModelSpec
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tailrl.sim.hardware import GPU, ModelSpec
+from tailrl.perf.hardware import GPU, ModelSpec
 
 
 def decode_time(lat, tp: int, reqs: list[tuple[float, int]], chunk: int = 256) -> float:

@@ -2,10 +2,12 @@
 static or SAGC group sizes, PAT's TP/DP switching, speculation (coupled, decoupled, Best-of-N) and
 PODS, priced by a roofline (GPU presets) or by a measured profile of tailrl's engine. Pure Python.
 
-    hardware.py  GPU / model presets        latency.py  roofline + profiled predictor
     workload.py  rounds: traces, synthetic  events.py   discrete-event loop
-    generation.py one round on the cluster  spec.py / pat.py  the policies' cost models
+    generation.py one round on the cluster  spec.py     speculation's cost model
     run.py       steps from a SimConfig      report.py   table + plots     profile.py  engine profile
+
+GPU / model presets, the roofline and profiled latency predictors and PAT's policy are tailrl/perf/
+(shared with the live PAT controller in tailrl/parallel).
 """
 
 from tailrl.sim.config import SimConfig

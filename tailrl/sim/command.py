@@ -6,6 +6,9 @@ from pathlib import Path
 
 from tailrl.config import load_config
 from tailrl.errors import UserError
+from tailrl.sim.config import SimConfig
+from tailrl.sim.report import write_report
+from tailrl.sim.run import simulate, variants
 
 CALIBRATION_DIR = Path(__file__).parent / "calibration"
 
@@ -23,10 +26,6 @@ def resolve_config(name: str) -> Path:
 
 
 def run_simulate(config: str | None, overrides: list[str], out: str | Path) -> tuple[str, list]:
-    from tailrl.sim.config import SimConfig
-    from tailrl.sim.report import write_report
-    from tailrl.sim.run import simulate, variants
-
     path = resolve_config(config) if config else None
     cfg = load_config(path, overrides, cls=SimConfig)
     results = [simulate(v, name) for name, v in variants(cfg)]

@@ -12,7 +12,7 @@ from tailrl.sim.generation import GenResult
 COLUMNS = [("timing_s/gen", "gen s", "{:.2f}"), ("timing_s/prepare", "prepare s", "{:.2f}"),
            ("timing_s/update", "update s", "{:.2f}"), ("timing_s/step", "step s", "{:.2f}"),
            ("perf/throughput", "tokens/s", "{:.0f}"), ("rollout/bubble_frac", "GPU bubble", "{:.1%}"),
-           ("rollout/straggler_rate", "straggler", "{:.1%}"), ("sagc/group_size", "G", "{:.1f}"),
+           ("rollout/straggler_rate", "straggler", "{:.1%}"), ("rollout/group_size", "G", "{:.1f}"),
            ("tp/switch_events", "switches", "{:.1f}"), ("tp/switch_seconds", "switch s", "{:.2f}")]
 
 
@@ -57,9 +57,11 @@ def write_report(out: Path, results: list, title: str) -> str:
 
 
 def _plots(out: Path, results: list, title: str) -> None:
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a plot is drawn
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))

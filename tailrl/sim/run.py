@@ -10,15 +10,17 @@ import statistics
 from dataclasses import dataclass, field
 
 from tailrl.config import config_from_dict, parse_override, set_dotted, to_dict
+from tailrl.control import build_controller
 from tailrl.errors import UserError
+from tailrl.perf.hardware import gpu as gpu_preset
+from tailrl.perf.hardware import model_spec
+from tailrl.perf.latency import CALIBRATED, EngineOverheads, Profiled, Roofline
+from tailrl.perf.pat import PatPolicy
 from tailrl.sim.config import SimConfig
 from tailrl.sim.generation import GenerationSim, GenResult
-from tailrl.sim.hardware import gpu as gpu_preset
-from tailrl.sim.hardware import model_spec
-from tailrl.sim.latency import CALIBRATED, EngineOverheads, Profiled, Roofline
-from tailrl.sim.pat import PatPolicy
 from tailrl.sim.spec import ITERATION, SpecModel
 from tailrl.sim.workload import Round, length_model, load_trace_rounds, synthetic_rounds
+from tailrl.tail import straggler_rate
 
 
 @dataclass
@@ -55,7 +57,7 @@ class SimResult:
                "perf/throughput": sum(x.tokens for x in s) / max(sum(x.step_s for x in s), 1e-12),
                "rollout/bubble_frac": mean(lambda x: x.gen.bubble_frac),
                "rollout/straggler_rate": mean(lambda x: x.straggler_rate),
-               "sagc/group_size": mean(lambda x: x.group_size),
+               "rollout/group_size": mean(lambda x: x.group_size),
                "tp/switch_events": mean(lambda x: len(x.gen.switches)),
                "tp/switch_seconds": mean(lambda x: sum(sw["weights_s"] + sw["kv_s"] + sw["groups_s"] + sw["recapture_s"]
                                                        for sw in x.gen.switches))}
@@ -68,13 +70,6 @@ class SimResult:
             out["sim/measured_gen_s"] = statistics.mean(m for _, m in measured)
             out["sim/gen_error"] = sum(p for p, _ in measured) / sum(m for _, m in measured) - 1.0
         return out
-
-
-def straggler_rate(groups: list[list[int]], tau: float) -> float:
-    from tailrl.control.base import straggler_event
-
-    rated = [g for g in groups if len(g) >= 2]
-    return sum(straggler_event(g, tau) for g in rated) / len(rated) if rated else 0.0
 
 
 def latency_model(cfg: SimConfig):
@@ -122,14 +117,14 @@ def _generation(cfg: SimConfig, lat, rnd: Round, seed: int, pat_pools: list[set]
         draft = None if cfg.spec.draft_model == "ngram" else Roofline(gpu_preset(c.gpu), model_spec(cfg.spec.draft_model),
                                                                       overheads(cfg))
         draft_tp = cfg.spec.draft_gpus if cfg.spec.mode == "decoupled" else 1  # coupled: a replicated small drafter
-        spec = SpecModel(cfg.spec.mode, lat, draft, cfg.spec.w_max, max(draft_tp, 1))
+        spec = SpecModel(cfg.spec.mode, lat, draft, cfg.spec.k_max, max(draft_tp, 1))
     pats = None
     if cfg.pat.enabled:
         nodes = max(c.num_gpus // n, 1)
         while len(pat_pools) < nodes:
             pat_pools.append({c.tp})
         pats = [PatPolicy.for_hardware(lat, model_spec(cfg.model), gpu_preset(c.gpu), overheads(cfg).link_eff,
-                                       node_gpus=n, tp_options=cfg.pat.tp_options, max_len=cfg.workload.max_len,
+                                       node_gpus=n, tp_options=cfg.pat.tp_options, max_len=cfg.workload.max_new_tokens,
                                        kv=cfg.pat.kv, group_init_s=cfg.pat.group_init_s,
                                        recapture_s=cfg.pat.recapture_s, pool=pat_pools[i])
                 for i in range(nodes)]
@@ -166,7 +161,7 @@ def simulate(cfg: SimConfig, name: str = "base") -> SimResult:
         prepare, update, tokens = _train_phases(cfg, union, G)
         measured = sum(r.measured_s for r in rnds) if all(r.measured_s for r in rnds) else None
         result.steps.append(StepResult(gens[0], prepare, update, cfg.train.fixed_s, tokens, G,
-                                       straggler_rate(union.groups(), cfg.control.tau), measured, gens[1:]))
+                                       straggler_rate(union.groups(), cfg.control.straggler_tau), measured, gens[1:]))
     return result
 
 
@@ -182,21 +177,20 @@ def _trace_steps(path: str):
 def _controlled_rounds(cfg: SimConfig):
     """Synthetic rounds; under SAGC the controller picks G each step (P = B / G) and observes the
     simulated groups, exactly as the trainer drives it."""
-    from tailrl.control import build_controller
 
     w, c = cfg.workload, cfg.control
     if c.kind == "static":
         for rnd in synthetic_rounds(w, cfg.seed):
             yield rnd, w.group_size
         return
-    B = c.rollout_batch or w.prompts * w.group_size
-    ctl = build_controller("sagc", group_size=w.group_size, candidates=c.candidates, tau=c.tau, delta=c.delta,
+    B = c.rollout_batch_size or w.prompts * w.group_size
+    ctl = build_controller("sagc", group_size=w.group_size, candidates=c.candidates, tau=c.straggler_tau, delta=c.delta,
                            seed=cfg.seed)
     lm, rng = length_model(w), random.Random(cfg.seed)
     for step in range(w.steps):
         G = ctl.choose()
         if B % G:
-            raise UserError(f"group size {G} does not divide control.rollout_batch {B}")
+            raise UserError(f"group size {G} does not divide control.rollout_batch_size {B}")
         rnd = lm.round(B // G, G, rng, step * B, w.force_max)
         yield rnd, G
         ctl.observe(rnd.groups())

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
 
+from tailrl.engine.telemetry import RolloutTrace
 from tailrl.errors import UserError
 
 
@@ -106,10 +107,10 @@ def length_model(w) -> LengthModel:
     else:
         mu, sigma = math.log(w.median), w.sigma
     if w.mean_len:
-        mu = mu_for_mean(w.mean_len, sigma, w.max_len)
+        mu = mu_for_mean(w.mean_len, sigma, w.max_new_tokens)
     if not 0 <= w.sigma_within <= sigma:
         raise UserError(f"workload.sigma_within must be in [0, sigma={sigma:.3f}], got {w.sigma_within}")
-    return LengthModel(mu, sigma, w.sigma_within, w.max_len, w.prompt_len)
+    return LengthModel(mu, sigma, w.sigma_within, w.max_new_tokens, w.prompt_len)
 
 
 def synthetic_rounds(w, seed: int) -> list[Round]:
@@ -133,8 +134,10 @@ def load_trace_rounds(path: str | Path) -> list[Round]:
         try:
             row = json.loads(line)
             for rd in row["rounds"]:
-                reqs = [Req(int(u), int(i), int(pl), int(nt)) for u, i, pl, nt, fr, *_ in rd["requests"] if fr != "error"]
-                rounds.append(Round(reqs, float(rd["t_end"]), {"step": row.get("step"), "steps": rd.get("steps", [])}))
+                tr = RolloutTrace.from_json(rd)  # the engine's own trace format
+                reqs = [Req(r.uid, r.sample_index, r.prompt_tokens, r.num_tokens) for r in tr.requests
+                        if r.finish_reason != "error"]
+                rounds.append(Round(reqs, tr.t_end, {"step": row.get("step"), "steps": rd.get("steps", [])}))
         except (KeyError, ValueError, TypeError) as e:
             raise UserError(f"{p}:{n}: not a tailrl trace row ({e!r})") from None
     if not rounds:

@@ -14,7 +14,7 @@ from rich.progress import (
 
 COLUMNS = [  # (header, metric, format)
     ("step", None, "{}"),
-    ("G", "sagc/group_size", "{:.0f}"),
+    ("G", "rollout/group_size", "{:.0f}"),
     ("reward", "reward/mean", "{:.3f}"),
     ("acc", "reward/accuracy", "{:.2f}"),
     ("len", "response_length/mean", "{:.0f}"),

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from torch.utils.tensorboard import SummaryWriter
+
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, tensorboard: bool = True, wandb: bool = False, wandb_project: str = "tailrl",
@@ -17,12 +19,12 @@ class MetricsLogger:
         self._traces = open_jsonl(Path(run_dir) / "traces.jsonl", resume_step)
         self._tb = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
         self._wandb = None
         if wandb:
             try:
+                # lazy: optional dependency (wandb)
                 import wandb as _wandb
             except ImportError:
                 _wandb = None

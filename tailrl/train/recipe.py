@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tailrl.algo import ADVANTAGES, AGGREGATIONS
+from tailrl.algo.downsample import DOWNSAMPLE
 from tailrl.config import ALGORITHM_PRESETS, AlgoConfig, Config
 from tailrl.errors import UserError
 
 
 def resolve_algo(algo: AlgoConfig, max_new_tokens: int) -> AlgoConfig:
-    from tailrl.algo import ADVANTAGES, AGGREGATIONS
-
     if algo.name not in ALGORITHM_PRESETS:
         raise UserError(f"unknown algo.name '{algo.name}'; valid: {', '.join(ALGORITHM_PRESETS)}")
     preset = ALGORITHM_PRESETS[algo.name]
@@ -61,7 +61,6 @@ def validate(cfg: Config) -> Config:
 
 def pods_m(ds, group_size: int) -> int | None:
     """Rollouts trained per prompt for this step's G (None: no down-sampling). Raises on bad config."""
-    from tailrl.algo.downsample import DOWNSAMPLE
 
     if ds.rule == "none":
         return None

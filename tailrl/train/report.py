@@ -12,15 +12,23 @@ from tailrl.train.metrics import step_rows
 
 
 def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: str = "report.png") -> Path:
-    import matplotlib
+    """Draw the report of a run's metric rows and its last rollout phase; returns the PNG's path."""
+    fig = report_figure(rows, last_phase, tau)
+    path = Path(run_dir) / name
+    fig.savefig(path, dpi=110)
+    fig.clear()
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def report_figure(rows: list[dict], last_phase, tau: float):
+    """The report as a matplotlib Figure (2 x 2 panels, a third row for SAGC runs)."""
+    from matplotlib.figure import Figure  # lazy: matplotlib only when a plot is drawn
 
     steps = step_rows(rows)
     evals = [r for r in rows if r.get("eval/accuracy") is not None]
     sagc = [r for r in steps if r.get("sagc/lambda") is not None]
-    fig, ax = plt.subplots(3 if sagc else 2, 2, figsize=(12, 12 if sagc else 8))
+    fig = Figure(figsize=(12, 12 if sagc else 8))
+    ax = fig.subplots(3 if sagc else 2, 2)
 
     a = ax[0, 0]
     a.plot([r["step"] for r in steps], [r["reward/mean"] for r in steps], label="train reward (mean)")
@@ -64,16 +72,13 @@ def write_report(run_dir: Path, rows: list[dict], last_phase, tau: float, name: 
     if sagc:
         plot_sagc(ax[2, 0], ax[2, 1], sagc)
     fig.tight_layout()
-    path = Path(run_dir) / name
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def plot_sagc(ax_g, ax_risk, rows: list[dict]) -> None:
     """G chosen per step with lambda (twin axis), and the posterior mean straggler risk per candidate."""
     x = [r["step"] for r in rows]
-    ax_g.step(x, [r["sagc/group_size"] for r in rows], where="post", color="tab:blue", label="G")
+    ax_g.step(x, [r["rollout/group_size"] for r in rows], where="post", color="tab:blue", label="G")
     ax_g.set_xlabel("step")
     ax_g.set_ylabel("group size G")
     ax_g.set_title("SAGC: group size and dual variable")

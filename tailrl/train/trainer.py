@@ -1,7 +1,7 @@
 """The synchronous on-policy trainer. One step:
 
     G = controller.choose(); P = B // G
-    groups = rollout worker (engine on the policy itself, rewards, DAPO refills)
+    groups = rollout worker (engine on the policy itself, rewards) -> shaping (overlong, PODS, DAPO refills)
     A = ADVANTAGES[algo.advantage](scores, groups)
     update(policy, kept) x ppo_epochs  (micro-batched; loss aggregation explicit)
     controller.observe(lengths); log; checkpoint
@@ -20,34 +20,35 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from tailrl.algo import ADVANTAGES
-from tailrl.algo.downsample import DOWNSAMPLE
 from tailrl.config import Config, dump_config, load_config, to_dict
 from tailrl.control import build_controller
-from tailrl.engine import SamplingParams
+from tailrl.data.datasets import encode_example, load_dataset
+from tailrl.data.sampler import PromptSampler
+from tailrl.engine import SamplingParams, build_engine
 from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
-from tailrl.generate import build_engine
+from tailrl.model import load
+from tailrl.model.loading import args_to_hf_config, iter_safetensors
+from tailrl.model.weights import hf_state_dict, load_weights
+from tailrl.rewards import build_reward
+from tailrl.tail import straggler_rate
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tailrl.train.evaluate import evaluate
 from tailrl.train.metrics import MetricsLogger
-from tailrl.train.recipe import pods_m, validate
-from tailrl.train.rollout import RolloutWorker, pods_metrics, subset, update_time_saved
+from tailrl.train.recipe import validate
+from tailrl.train.rollout import RolloutWorker, update_time_saved
+from tailrl.train.shaping import PodsSelect, Shaper
 from tailrl.train.update import TrainingDiverged, UpdateSpec, batch_logprobs, update_step
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False, console=None):
-        from tailrl.data.datasets import encode_example, load_dataset
-        from tailrl.data.sampler import PromptSampler
-        from tailrl.model import load
-        from tailrl.model.loading import args_to_hf_config
-        from tailrl.rewards import build_reward
-
+    def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False):
         self.cfg = cfg = validate(cfg)
         self.run_dir = Path(run_dir)
-        self.console = console
         torch.manual_seed(cfg.train.seed)
         self.model, self.tokenizer = load(cfg.model.path, dtype=cfg.model.dtype, device=cfg.model.device)
         self.hf_config = args_to_hf_config(self.model.args)
@@ -74,8 +75,8 @@ class Trainer:
         if cfg.train.eval_every and cfg.data.eval_source:
             self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
         self._encode = encode
-        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params,
-                                    cfg.algo.overlong_buffer, cfg.algo.overlong_penalty)
+        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params)
+        self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
         t = cfg.train
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
                                            weight_decay=t.weight_decay)
@@ -84,9 +85,11 @@ class Trainer:
         self.reference = None
         if cfg.algo.kl_coef > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.spec = UpdateSpec(cfg.algo.loss_agg, cfg.algo.eps_low, cfg.algo.eps_high, cfg.algo.kl_coef,
-                               r.max_new_tokens, t.micro_batch_size, r.temperature if r.temperature > 0 else 1.0,
-                               t.max_grad_norm, t.micro_batch_tokens)
+        self.spec = UpdateSpec(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
+                               kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
+                               micro_batch_size=t.micro_batch_size,
+                               temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
+                               micro_batch_tokens=t.micro_batch_tokens)
         self.step_idx = 0
         self.last_checkpoint: Path | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,9 +116,6 @@ class Trainer:
         self.last_checkpoint = ckpt
         if self.reference is not None:  # the reference is the initial policy, saved beside the run
             ref = self.run_dir / "reference.safetensors"
-            from tailrl.model.loading import iter_safetensors
-            from tailrl.model.weights import load_weights
-
             load_weights(self.reference, iter_safetensors([ref]))
 
     def save(self) -> Path:
@@ -130,20 +130,17 @@ class Trainer:
         B = cfg.train.rollout_batch_size
         if B % G:
             raise UserError(f"group size {G} does not divide train.rollout_batch_size {B}")
-        m = pods_m(cfg.algo.downsample, G)
-        phase = self.worker.step(B // G, G, cfg.algo.dynamic_sampling, cfg.algo.max_refill_rounds,
-                                 select=self._pods_select(m) if m is not None else None)
+        phase = self.worker.step(B // G, G, self.shaper, cfg.algo.max_refill_rounds)
         self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
-        metrics |= self.controller.metrics()  # its sagc/group_size is the G just chosen
-        if m is not None:
-            metrics |= pods_metrics(phase, G, m)
+        metrics |= self.controller.metrics()
+        metrics |= self.shaper.metrics(phase.groups)
         t1 = time.perf_counter()
         if phase.groups:
             metrics |= self._update(phase.groups)
         metrics["timing_s/update"] = time.perf_counter() - t1
-        if m is not None:
+        if self.shaper.step_of(PodsSelect) is not None:
             metrics["pods/update_time_saved_s"] = update_time_saved(metrics["timing_s/update"], metrics["pods/kept_token_frac"])
         self.controller.observe([g.lengths for g in phase.generated])
         self.scheduler.step()
@@ -151,16 +148,6 @@ class Trainer:
         metrics |= {"timing_s/gen": t_gen, "timing_s/reward": phase.reward_s, "timing_s/step": time.perf_counter() - t0,
                     "actor/lr": self.optimizer.param_groups[0]["lr"]}
         return metrics
-
-    def _pods_select(self, m: int):
-        rule = DOWNSAMPLE[self.cfg.algo.downsample.rule]
-        seed = self.params.seed
-
-        def select(g):
-            idx = rule(torch.tensor(g.scores, dtype=torch.float64), m, seed * 1_000_003 + g.rollouts[0].uid)
-            return subset(g, idx.tolist())
-
-        return select
 
     def _update(self, groups) -> dict[str, float]:
         scores = torch.tensor([s for g in groups for s in g.scores])
@@ -187,7 +174,7 @@ class Trainer:
         lengths = [n for g in gen for n in g.lengths]
         reasons = [r.finish_reason for g in gen for r in g.rollouts]
         m: dict[str, float] = {
-            "sagc/group_size": float(G), "data/prompts": float(len(gen)), "data/epoch": float(self.sampler.epoch),
+            "rollout/group_size": float(G), "data/prompts": float(len(gen)), "data/epoch": float(self.sampler.epoch),
             "data/skipped_rows": float(self.dataset.skipped),
             "reward/mean": statistics.mean(scores), "reward/std": statistics.pstdev(scores),
             "frac_reward_zero_std": sum(g.score_std == 0 for g in gen) / len(gen),
@@ -196,7 +183,6 @@ class Trainer:
             "response_length/clip_ratio": sum(r == "length" for r in reasons) / len(reasons),
             "rollout/errors": float(sum(r == "error" for r in reasons)),
             "reward/errors": float(phase.reward_errors), "reward/timeouts": float(phase.reward_timeouts),
-            "dapo/refill_rounds": float(phase.refill_rounds), "dapo/kept_groups": float(len(phase.groups)),
         }
         for name in (gen[0].components if gen else []):
             allv = [v for g in gen for v in g.components[name]]
@@ -205,10 +191,10 @@ class Trainer:
         if first and f"reward/{first}/mean" in m:
             m["reward/accuracy"] = statistics.mean(float(v >= 1.0) for g in gen for v in g.components[first])
         ratios = [r for tr in phase.traces for r in tr.len_max_over_median()]
-        events = [r > self.cfg.rollout.straggler_tau for r in ratios]
         eff = [tr.tail_efficiency() for tr in phase.traces]
         m |= {"rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
-              "rollout/straggler_rate": sum(events) / len(events) if events else 0.0,
+              "rollout/straggler_rate": straggler_rate([n for tr in phase.traces for n in tr.group_lengths().values()],
+                                                       self.cfg.rollout.straggler_tau),
               "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
               statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
               "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
@@ -217,8 +203,6 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Accuracy on the held-out prompts (one sample each at the rollout temperature)."""
-        from tailrl.train.evaluate import evaluate
-
         return evaluate(self.engine, self.tokenizer, self.eval_examples, self._encode, self.reward, 1,
                         replace(self.params, seed=self.params.seed + 7919))
 
@@ -228,10 +212,6 @@ class Trainer:
         t = self.cfg.train
         history = []
         if self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
-            from safetensors.torch import save_file
-
-            from tailrl.model.weights import hf_state_dict
-
             save_file({k: v.contiguous().cpu() for k, v in hf_state_dict(self.reference).items()},
                       str(self.run_dir / "reference.safetensors"))
         try:

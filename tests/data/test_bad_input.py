@@ -9,7 +9,7 @@ import pytest
 from tailrl.config import DataConfig
 from tailrl.data.datasets import load_dataset
 from tailrl.errors import UserError
-from tests.data.rows import GSM8K, write_jsonl, write_parquet
+from tests.helpers import GSM8K, write_jsonl, write_parquet
 
 MIXED = [
     {"prompt": "ok 0", "answer": "0"},

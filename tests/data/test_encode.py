@@ -8,8 +8,7 @@ from tailrl.config import DataConfig
 from tailrl.data.datasets import encode_example, load_dataset
 from tailrl.data.prompts import encode_row
 from tailrl.errors import UserError
-from tests.data.rows import write_jsonl
-from tests.helpers import make_char_tokenizer
+from tests.helpers import make_char_tokenizer, write_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from tailrl.config import DataConfig
 from tailrl.data.datasets import load_dataset
 from tailrl.data.formats import last_boxed
 from tailrl.errors import UserError
-from tests.data.rows import DAPO, GSM8K, MATH500, write_jsonl, write_parquet
+from tests.helpers import DAPO, GSM8K, MATH500, write_jsonl, write_parquet
 
 
 def test_jsonl_plain_prompt(tmp_path):

@@ -37,6 +37,7 @@ def test_policy_accepts_its_own_keyed_samples(policy_dir):
     assert keyed_acceptance(model, rolls, 8, SPEC.temperature, tok.pad_token_id) < 0.99
 
 
+@pytest.mark.slow
 def test_distill_draft_trains_saves_and_caches(policy_dir, tmp_path, monkeypatch):
     torch.manual_seed(0)
     folder = distill_draft(policy_dir, tmp_path, TASK, SPEC)

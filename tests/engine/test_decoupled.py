@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from tailrl.config import EngineConfig, SpecConfig
+from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.spec.stream import Stream, merge, reconcile
-from tailrl.engine.spec.tgs import slots_decoupled, tau_decoupled
+from tailrl.engine.spec.decoupled.stream import Stream, merge, reconcile
+from tailrl.engine.spec.decoupled.tgs import slots_decoupled, tau_decoupled
 from tailrl.errors import UserError
 from tests.helpers import tiny_native
 
@@ -40,12 +40,13 @@ def _run(model, spec=None, temperature=1.0, max_new=40, **kw):
     return got, {k: o.logprobs for k, o in zip(got, outs)}, trace, engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("w,temperature", [(2, 1.0), (4, 1.0), (3, 0.0)])
 def test_decoupled_token_identity_and_waste_bound(model, drafts, w, temperature):
     base, base_lp, _, _ = _run(model, temperature=temperature)
-    got, lp, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=w,
+    got, lp, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", decoupled=DecoupledSpecConfig(window=w),
                                                     gate=False), temperature=temperature)
-    spec = engine.speculator
+    spec = engine.strategy
     try:
         assert got == base
         for k in base_lp:
@@ -57,11 +58,12 @@ def test_decoupled_token_identity_and_waste_bound(model, drafts, w, temperature)
         spec.close()
 
 
+@pytest.mark.slow
 def test_self_draft_is_accepted_and_paced_by_the_window(model, drafts):
     """Keyed drafts of the policy itself always match: no waste, and a round commits w tokens."""
     w = 4
     base, _, _, _ = _run(model, max_new=32)
-    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'self'}", mode="decoupled", window=w,
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'self'}", mode="decoupled", decoupled=DecoupledSpecConfig(window=w),
                                                    gate=False), max_new=32, kv_cache_tokens=8192)
     try:
         assert got == base
@@ -70,39 +72,42 @@ def test_self_draft_is_accepted_and_paced_by_the_window(model, drafts):
         # the first round has no drafts yet (1 token), every later round commits w
         assert trace.spec["spec/decoupled/rounds"] <= 2 + (longest - 1 + w - 1) // w
     finally:
-        engine.speculator.close()
+        engine.strategy.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", ["other", "self"])
 def test_identity_under_preemption(model, drafts, draft):
     """A preempted sequence is re-prefilled, which samples a token outside any round: both sides must
     commit it to the stream, or every later draft is checked one position off (waste with a self-draft)."""
     w = 3
     base, _, _, _ = _run(model)
-    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / draft}", mode="decoupled", window=w,
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / draft}", mode="decoupled", decoupled=DecoupledSpecConfig(window=w),
                                                    gate=False), kv_cache_tokens=96, max_batch_size=3)
     try:
         assert got == base
         assert trace.preemptions > 0
-        assert engine.speculator.max_waste_per_mismatch() <= 2 * w - 1
+        assert engine.strategy.max_waste_per_mismatch() <= 2 * w - 1
         if draft == "self":
             assert trace.spec["spec/decoupled/wasted_tokens"] == 0
     finally:
-        engine.speculator.close()
+        engine.strategy.close()
 
 
+@pytest.mark.slow
 def test_identity_while_requests_change_window_and_mode(model, drafts, monkeypatch):
     """Alg. 2 moves requests between coupled and decoupled pacing and other windows mid-stream."""
-    import tailrl.engine.spec.decoupled as dec
-    from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+    import tailrl.engine.spec.decoupled.speculator as dec
+    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost
 
     flips = iter(range(10**6))
     monkeypatch.setattr(dec, "reconfigure", lambda acc, *a: {sid: (2 + next(flips) % 3, ("coupled", "decoupled")[
         sid % 2]) for sid in acc})
     base, _, _, _ = _run(model)
-    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=3, gate=False, reconfigure_every=2)
+    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", gate=False,
+                      decoupled=DecoupledSpecConfig(window=3, reconfigure_every=2))
     engine = Engine(model, EngineConfig(kv_cache_tokens=4096, block_size=4, spec=spec), eos_ids=[2])
-    sp = engine.speculator
+    sp = engine.strategy
     sp.D, sp.V = DraftCost(1e-3, 0.0), VerifyCost(1e-3, 0.0, 1e-4)  # turn Alg. 2 on (window stays fixed)
     params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=5)
     try:
@@ -114,15 +119,16 @@ def test_identity_while_requests_change_window_and_mode(model, drafts, monkeypat
         sp.close()
 
 
+@pytest.mark.slow
 def test_gate_falls_back_to_plain_rounds_and_stays_exact(model, drafts):
     base, _, _, _ = _run(model)
-    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", window=3))
+    got, _, trace, engine = _run(model, SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", decoupled=DecoupledSpecConfig(window=3)))
     try:
         assert got == base
         kinds = {s.kind for s in trace.steps}
         assert "decode" in kinds  # the gate measures plain rounds (each batch-size bucket starts with one)
     finally:
-        engine.speculator.close()
+        engine.strategy.close()
 
 
 def test_config_errors(model):
@@ -206,8 +212,7 @@ def test_tau_decoupled_matches_the_protocol(p, w):
 
 # -- mode choice and the runtime profile ----------------------------------------------------------------
 def _profile(path, draft_alpha: float) -> str:
-    from tailrl.engine.spec.profile_tgs import save_tgs_profile
-    from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
 
     v = VerifyCost(5e-3, 1e-6, 1e-6)  # a verify forward costs its fixed part: drafts verify almost free
     save_tgs_profile({"drafts": {1: DraftCost(draft_alpha, 0.0), 2: DraftCost(draft_alpha, 0.0)},
@@ -215,29 +220,32 @@ def _profile(path, draft_alpha: float) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_auto_mode_follows_the_tgs_model(model, drafts, tmp_path):
-    from tailrl.engine.spec.decoupled import DecoupledSpeculator
-    from tailrl.engine.spec.speculator import Speculator
+    from tailrl.engine.spec.coupled.speculator import Speculator
+    from tailrl.engine.spec.decoupled.speculator import DecoupledSpeculator
 
     def build(alpha):
-        spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto", draft_cores=1, verify_cores=1,
-                          profile=_profile(tmp_path / f"p{alpha}.json", alpha))
+        spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto",
+                          decoupled=DecoupledSpecConfig(draft_cores=1, verify_cores=1,
+                                        profile=_profile(tmp_path / f"p{alpha}.json", alpha)))
         return Engine(model, EngineConfig(kv_cache_tokens=4096, block_size=4, max_batch_size=16, spec=spec))
 
     # a draft step costs half a verify forward: pipelined, drafting hides behind verification (TGS 345/s
     # per request at w = 2); in line it adds to it (274/s at best, w = 3); plain decoding 199/s
     cheap = build(2.5e-3)
     try:
-        assert isinstance(cheap.speculator, DecoupledSpeculator) and cheap.speculator.plan.w > 1
+        assert isinstance(cheap.strategy, DecoupledSpeculator) and cheap.strategy.plan.w > 1
     finally:
-        cheap.speculator.close()
-    assert isinstance(build(1.0).speculator, Speculator)  # a draft step of 1 s never pays
+        cheap.strategy.close()
+    assert isinstance(build(1.0).strategy, Speculator)  # a draft step of 1 s never pays
 
 
+@pytest.mark.slow
 def test_runtime_profile_fits_its_rounds(model, drafts):
-    from tailrl.engine.spec.profile_tgs import profile_decoupled
+    from tailrl.engine.spec.profiling.tgs import profile_decoupled
 
-    d, v, pts = profile_decoupled(model, str(drafts / "other"), 1, 1, batches=(2, 6), windows=(2, 3), max_new=6,
+    d, v, pts = profile_decoupled(Engine, model, str(drafts / "other"), 1, 1, batches=(2, 6), windows=(2, 3), max_new=6,
                                   block_size=4)
     assert len(pts["verify"]) >= 8 and pts["draft"]
     assert min(d.alpha, d.slope, v.beta, v.per_request, v.per_token) >= 0 and d(4) > 0 and v(4, 8) > 0
@@ -245,12 +253,11 @@ def test_runtime_profile_fits_its_rounds(model, drafts):
 
 
 def test_profile_without_the_needed_core_counts_is_a_clear_error(model, drafts, tmp_path):
-    from tailrl.engine.spec.profile_tgs import save_tgs_profile
-    from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
 
     save_tgs_profile({"drafts": {1: DraftCost(1e-3, 0.0)}, "verifies": {1: VerifyCost(1e-3, 0.0, 0.0)}, "points": {}},
                      tmp_path / "p.json")
-    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto", draft_cores=1, verify_cores=1,
-                      profile=str(tmp_path / "p.json"))
+    spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto",
+                      decoupled=DecoupledSpecConfig(draft_cores=1, verify_cores=1, profile=str(tmp_path / "p.json")))
     with pytest.raises(UserError, match="no drafts for 2 core"):
         Engine(model, EngineConfig(spec=spec))

@@ -7,6 +7,7 @@ import torch
 
 from tailrl.config import EngineConfig
 from tailrl.engine import Engine, Request, SamplingParams
+from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 from tests.helpers import DEVICE, tiny_native
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], [30], [40, 41, 42, 43, 44, 45, 46], [3, 3, 3, 3]]
@@ -160,7 +161,19 @@ def test_trace_metrics(models):
     outs, trace = _engine(native).generate([req])
     assert [o.num_tokens for o in outs] == [8, 8, 8, 64]
     assert trace.len_max_over_median() == [8.0] and trace.straggler_rate() == 1.0
-    assert 0.5 < trace.tail_phase_frac() <= 1.0
-    assert 0 < trace.tail_efficiency() <= 1.5
+    # the prefill samples token 1; 7 decodes at batch 4, then the straggler alone for 56
+    assert [(s.kind, s.batch) for s in trace.steps] == [("prefill", 4)] + [("decode", 4)] * 7 + [("decode", 1)] * 56
+    assert trace.tail_phase_frac() > 0 and trace.tail_efficiency() > 0
     times, batch = trace.timeline()
     assert batch[0] == 4 and batch[-1] == 1 and times == sorted(times)
+
+
+def test_tail_metrics_of_a_known_trace():
+    """tail_phase_frac and tail_efficiency on a trace with fixed times (the real ones are wall-clock)."""
+    steps = ([StepRecord("prefill", 0.0, 1.0, 4, 12)] + [StepRecord("decode", 1.0 + i, 2.0 + i, 4, 4) for i in range(3)]
+             + [StepRecord("decode", 4.0 + 0.5 * i, 4.5 + 0.5 * i, 1, 1) for i in range(8)])
+    reqs = [RequestRecord(0, i, 0.0, 4.0 if i < 3 else 8.0, n, "length") for i, n in enumerate([4, 4, 4, 12])]
+    trace = RolloutTrace(steps=steps, requests=reqs, t_end=8.0)
+    assert trace.tail_phase_frac() == 0.5  # the batch falls below half its peak at t = 4 of 8
+    assert trace.tail_efficiency() == 12 * 0.5 / 8.0  # longest x batch-1 step / rollout time
+    assert RolloutTrace(steps=steps, requests=reqs, t_end=8.0, b1_step_s=9.0).tail_efficiency() == 0.75

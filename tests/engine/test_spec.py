@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from tailrl.config import EngineConfig, SpecConfig
+from tailrl.config import CoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.spec.ngram_index import NgramIndex
+from tailrl.engine.spec.drafters.ngram_index import NgramIndex
 from tailrl.engine.spec.tree import accept_path, build_tree
 from tailrl.engine.spec.window import expected_tokens, plan_windows
 from tests.helpers import tiny_native
@@ -24,9 +24,9 @@ def model():
 def _run(model, spec: SpecConfig | None = None, temperature=1.0, n=4, max_new=40, **kw):
     cfg = EngineConfig(**({"kv_cache_tokens": 4096, "block_size": 4, "spec": spec or SpecConfig()} | kw))
     engine = Engine(model, cfg, eos_ids=[2])
-    if engine.speculator is not None:  # a fixed cost model (fixed cost >> per token): plans do not depend on timing
-        engine.speculator.cost.coefficients = lambda: (1.0, 0.001)
-        engine.speculator.measured_slower = lambda batch: False
+    if cfg.spec.method != "none":  # a fixed cost model (fixed cost >> per token): plans do not depend on timing
+        engine.strategy.cost.coefficients = lambda: (1.0, 0.001)
+        engine.strategy.measured_slower = lambda batch: False
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=5)
     outs, trace = engine.generate([Request(p, uid=10 + i, n=n, params=params) for i, p in enumerate(PROMPTS)])
     return {(o.uid, o.sample_index): (o.token_ids, o.finish_reason) for o in outs}, outs, trace, engine
@@ -36,7 +36,7 @@ def _run(model, spec: SpecConfig | None = None, temperature=1.0, n=4, max_new=40
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_token_identity_spec_on_off(model, method, temperature):
     base, base_outs, _, _ = _run(model, temperature=temperature)
-    spec, outs, trace, _ = _run(model, SpecConfig(method=method, bon_spare=50.0), temperature=temperature)
+    spec, outs, trace, _ = _run(model, SpecConfig(method=method, coupled=CoupledSpecConfig(bon_spare=50.0)), temperature=temperature)
     assert spec == base
     if method == "auto":  # two drafters and a generous spare budget: Best-of-N token trees were verified
         assert trace.spec["spec/bon_requests"] > 0
@@ -60,7 +60,7 @@ def test_draft_model_identity_and_cache_consistency(model, tmp_path):
     base, _, _, _ = _run(model)
     spec, _, trace, engine = _run(model, SpecConfig(method=f"draft:{draft_dir}"))
     assert spec == base
-    drafter = engine.speculator.drafters["draft"]
+    drafter = engine.strategy.drafters["draft"]
     assert drafter._ctx == {} and drafter.cache.num_free == drafter.cache.num_blocks  # all released
     assert trace.spec["spec/acceptance/draft"] >= 0
 
@@ -77,10 +77,10 @@ def test_self_draft_accepts_everything(model, tmp_path):
 
 def test_identity_under_preemption_and_small_batches(model):
     base, _, _, _ = _run(model)
-    spec, _, trace, _ = _run(model, SpecConfig(method="auto", bon_spare=50.0), kv_cache_tokens=96)
+    spec, _, trace, _ = _run(model, SpecConfig(method="auto", coupled=CoupledSpecConfig(bon_spare=50.0)), kv_cache_tokens=96)
     assert trace.preemptions > 0
     assert spec == base
-    small, _, _, _ = _run(model, SpecConfig(method="auto", bon_spare=50.0), max_batch_size=3)
+    small, _, _, _ = _run(model, SpecConfig(method="auto", coupled=CoupledSpecConfig(bon_spare=50.0)), max_batch_size=3)
     assert small == base
 
 
@@ -140,8 +140,8 @@ def test_large_batch_turns_speculation_off():
 
 
 def test_ladder_profile_roundtrip_and_shape(model, tmp_path):
-    from tailrl.engine.spec.ladder import Ladder, simulate
-    from tailrl.engine.spec.profile import profile_ladder
+    from tailrl.engine.spec.coupled.ladder import Ladder, simulate
+    from tailrl.engine.spec.profiling.ladder import profile_ladder
 
     # plain decoding in the simulator: one forward per token of the longest request, batch shrinking
     t_fwd = {1: {1: 1.0, 4: 2.0}}
@@ -199,7 +199,7 @@ def test_first_speculative_step_waits_for_a_small_batch(model):
     guess there costs ~0.35 ms a sequence); once a small batch has speculated, large ones may too."""
     cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, spec=SpecConfig(method="ngram"))
     engine = Engine(model, cfg, eos_ids=[2])
-    sp = engine.speculator
+    sp = engine.strategy
     sp.cost.coefficients = sp.plain_step.coefficients = lambda: (1.0, 0.001)  # fixed models: drafting pays
     sp.measured_slower = lambda batch: False
     params = SamplingParams(temperature=0.0, max_new_tokens=12, seed=5, ignore_eos=True)

@@ -6,14 +6,15 @@ import random
 
 import pytest
 
-from tailrl.engine.spec.profile_tgs import fit_verify, load_tgs_profile, save_tgs_profile
-from tailrl.engine.spec.tgs import (
+from tailrl.engine.spec.decoupled.tgs import (
     DraftCost,
     VerifyCost,
     choose,
     il_decoupled,
+    load_tgs_profile,
     plan_decoupled,
     reconfigure,
+    save_tgs_profile,
     slots_decoupled,
     tau_coupled,
     tau_decoupled,
@@ -21,6 +22,7 @@ from tailrl.engine.spec.tgs import (
     tgs_decoupled,
     tgs_plain,
 )
+from tailrl.engine.spec.profiling.tgs import fit_verify
 
 D = DraftCost(1e-3, 1e-4)
 V = VerifyCost(2e-3, 1e-4, 5e-5)

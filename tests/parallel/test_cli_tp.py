@@ -7,6 +7,8 @@ import pytest
 from tailrl.cli import main
 from tests.helpers import make_model_dir
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):

@@ -12,6 +12,8 @@ from tailrl.parallel.layout import Layout
 from tailrl.parallel.rollout import forced, tp_generate
 from tests.helpers import make_model_dir
 
+pytestmark = pytest.mark.slow  # every test here starts processes
+
 
 def _requests():
     params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=3, ignore_eos=True)

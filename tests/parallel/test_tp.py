@@ -1,5 +1,6 @@
 """TP=2 over gloo against TP=1: logits, resharding both ways, and hf_state_dict gathering."""
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -10,6 +11,8 @@ from tailrl.model.weights import hf_state_dict
 from tailrl.parallel.dist import GroupPool, spawn
 from tailrl.parallel.shard import reshard, sharded
 from tests.helpers import make_model_dir
+
+pytestmark = pytest.mark.slow  # every test here starts processes
 
 IDS = torch.tensor([[5, 17, 33, 2, 90, 41, 7], [9, 9, 60, 1, 3, 88, 12]])
 

@@ -138,7 +138,10 @@ def test_think_format(completion, expected):
 
 def test_builtins_ignore_unknown_row_keys():
     for name in ("math", "gsm8k", "boxed", "format", "think_format"):
-        REWARDS[name]("p", r"\boxed{1}", answer="1", id=3, split="train", meta={"x": 1})
+        plain = REWARDS[name]("p", r"\boxed{1}", answer="1")
+        extra = REWARDS[name]("p", r"\boxed{1}", answer="1", id=3, split="train", meta={"x": 1})
+        assert extra == plain, name  # the extra keys change nothing
+    assert REWARDS["math"]("p", r"\boxed{1}", answer="1", id=3) == 1.0
 
 
 def test_math_prepare_fails_loudly_when_latex_parsing_is_broken(monkeypatch):

@@ -4,7 +4,7 @@ import math
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 
 import pytest
 
@@ -82,20 +82,22 @@ def test_missing_answer_is_an_error_not_a_crash():
     assert batch.scores == [0.0] and batch.errors == 1
 
 
-def test_timeout_scores_zero_quickly_and_recovers(registered):
+def test_timeout_scores_zero_and_recovers(registered):
+    release = threading.Event()
+
     def slow(prompt, completion, **row):
         if completion == "slow":
-            time.sleep(3)
+            release.wait(120)  # only a score() that abandons the call at its timeout returns before this
         return 1.0
 
     registered("t_slow", slow)
     reward = Reward(["t_slow"], timeout_s=0.2)
-    start = time.monotonic()
     batch = reward.score(["p"] * 3, ["fast", "slow", "fast"], [{}] * 3)
-    assert time.monotonic() - start < 1.5
+    assert not release.is_set()  # score() returned while the slow call was still stuck
     assert batch.scores == [1.0, 0.0, 1.0]
     assert (batch.timeouts, batch.errors) == (1, 0)
     assert reward.score(["p"], ["fast"], [{}]).scores == [1.0]  # a fresh worker took over
+    release.set()
 
 
 def test_inline_mode_without_timeout(registered):
@@ -157,6 +159,7 @@ def test_register_rejects_a_different_function_under_a_taken_name():
         register("math")(lambda prompt, completion, **row: 0.0)
 
 
+@pytest.mark.slow
 def test_stuck_reward_does_not_block_interpreter_exit(tmp_path):
     script = textwrap.dedent(
         """
@@ -167,11 +170,10 @@ def test_stuck_reward_does_not_block_interpreter_exit(tmp_path):
         print(batch.timeouts)
         """
     )
-    start = time.monotonic()
+    # the stuck call sleeps 60 s: an exit that waited for it would overrun this timeout and fail the test
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1"
-    assert time.monotonic() - start < 15
 
 
 def test_reward_raising_timeout_error_or_exit_is_an_error(registered):

@@ -38,7 +38,7 @@ def test_profile_generate_trace_and_replay(model_dir, tmp_path, capsys):
 
 def test_simulate_bundled_config_with_overrides(tmp_path, capsys):
     out = tmp_path / "s"
-    assert main(["simulate", "pat_h100_llama8b_24k", "workload.steps=1", "workload.max_len=4096", "workload.mean_len=800",
+    assert main(["simulate", "pat_h100_llama8b_24k", "workload.steps=1", "workload.max_new_tokens=4096", "workload.mean_len=800",
                  "--out", str(out)]) == 0
     md = (out / "summary.md").read_text()
     assert "PAT" in md and "static TP8/DP1" in md and "gen speed-up" in md

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
+from tailrl.perf.hardware import MODELS, gpu
+from tailrl.perf.pat import PatPolicy, decode_time, spread
 from tailrl.sim.generation import GenerationSim
-from tailrl.sim.hardware import MODELS, gpu
-from tailrl.sim.pat import PatPolicy, decode_time, spread
 from tailrl.sim.spec import SpecModel
 from tailrl.sim.workload import Req
 

@@ -11,7 +11,7 @@ def cfg(*overrides, path=None):
     return load_config(path, list(overrides), cls=SimConfig)
 
 
-SMALL = ["workload.prompts=8", "workload.group_size=4", "workload.max_len=512", "workload.median=64",
+SMALL = ["workload.prompts=8", "workload.group_size=4", "workload.max_new_tokens=512", "workload.median=64",
          "workload.steps=2", "model=qwen2.5-0.5b", "cluster.num_gpus=2"]
 
 
@@ -31,7 +31,7 @@ def test_simulate_reports_phases_and_pods_shrinks_update():
 
 
 def test_sagc_drives_group_size_from_simulated_stragglers():
-    base = SMALL + ["workload.steps=40", "workload.sigma_within=0.4", "control.rollout_batch=32",
+    base = SMALL + ["workload.steps=40", "workload.sigma_within=0.4", "control.rollout_batch_size=32",
                     "control.candidates=[2,4,8,16]", "workload.group_size=8"]
     r = simulate(cfg(*base, "control.kind=sagc", "control.delta=0.1"))
     gs = {s.group_size for s in r.steps}

@@ -38,7 +38,7 @@ def test_capped_mean_against_monte_carlo_and_inverse():
 
 
 def test_synthetic_rounds_shape_cap_and_force_max():
-    w = WorkloadConfig(steps=2, prompts=10, group_size=4, max_len=500, median=100, sigma=1.0, sigma_within=0.2,
+    w = WorkloadConfig(steps=2, prompts=10, group_size=4, max_new_tokens=500, median=100, sigma=1.0, sigma_within=0.2,
                        force_max=True)
     rounds = synthetic_rounds(w, seed=3)
     assert len(rounds) == 2 and all(len(r.requests) == 40 for r in rounds)

@@ -7,12 +7,11 @@ from tailrl.config import load_config
 from tailrl.model.loading import iter_safetensors
 from tailrl.train import update as update_mod
 from tailrl.train.trainer import Trainer
-from tests.train.conftest import base_overrides
-from tests.train.test_resume import _write_config
+from tests.helpers import base_overrides, write_config
 
 
 def test_unknown_key_one_line(tiny_model_dir, arith_data, tmp_path, capsys):
-    cfg = _write_config(tmp_path / "c.yaml", base_overrides(tiny_model_dir, arith_data, None))
+    cfg = write_config(tmp_path / "c.yaml", base_overrides(tiny_model_dir, arith_data, None))
     assert main(["train", str(cfg), "train.learning_rate=3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown config key 'train.learning_rate'" in err and "lr" in err and "\n" not in err
@@ -21,7 +20,7 @@ def test_unknown_key_one_line(tiny_model_dir, arith_data, tmp_path, capsys):
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, arith_data, tmp_path, monkeypatch, capsys):
     over = base_overrides(tiny_model_dir, arith_data, None, **{"train.total_steps": 3, "train.save_every": 1,
                                                                 "train.tensorboard": "false"})
-    cfg = _write_config(tmp_path / "c.yaml", over)
+    cfg = write_config(tmp_path / "c.yaml", over)
     real = update_mod.policy_loss
     calls = {"n": 0}
 

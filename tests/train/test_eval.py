@@ -4,8 +4,7 @@ import json
 
 from tailrl.cli import main
 from tailrl.train.evaluate import pass_at_k
-from tests.train.conftest import base_overrides
-from tests.train.test_resume import _write_config
+from tests.helpers import base_overrides, write_config
 
 
 def test_pass_at_k_estimator():
@@ -14,7 +13,7 @@ def test_pass_at_k_estimator():
 
 
 def test_eval_cli_on_model_and_run_dir(tiny_model_dir, arith_data, tmp_path, capsys):
-    cfg = _write_config(tmp_path / "c.yaml", base_overrides(tiny_model_dir, arith_data, None, **{
+    cfg = write_config(tmp_path / "c.yaml", base_overrides(tiny_model_dir, arith_data, None, **{
         "train.total_steps": 1, "train.tensorboard": "false"}))
     out = tmp_path / "eval.json"
     assert main(["eval", str(cfg), "--samples", "4", "--prompts", "5", "--out", str(out)]) == 0

@@ -6,7 +6,7 @@ import torch
 from tailrl.config import load_config
 from tailrl.errors import UserError
 from tailrl.train.trainer import Trainer
-from tests.train.conftest import base_overrides
+from tests.helpers import base_overrides
 
 
 def _run(tmp_path, name, model_dir, data, **kw):
@@ -54,13 +54,13 @@ def test_sagc_in_trainer_with_pods_and_resume(tiny_model_dir, arith_data, tmp_pa
           "train.save_every": 1, "control.delta": 0.3}
     full, hist = _run(tmp_path, "full", tiny_model_dir, arith_data, **kw)
     assert all("sagc/lambda" in h and "sagc/p_hat/G=4" in h for h in hist)
-    assert all(h["pods/m"] == h["sagc/group_size"] / 2 for h in hist)
+    assert all(h["pods/m"] == h["rollout/group_size"] / 2 for h in hist)
     _run(tmp_path, "part", tiny_model_dir, arith_data, **{**kw, "train.total_steps": 2})
     over = base_overrides(tiny_model_dir, arith_data, None, **{"train.tensorboard": "false", **kw})
     resumed = Trainer(load_config(None, over), tmp_path / "part", resume=True)
     assert resumed.step_idx == 2
     hist2 = resumed.fit()
-    assert [h["sagc/group_size"] for h in hist2] == [h["sagc/group_size"] for h in hist[2:]]
+    assert [h["rollout/group_size"] for h in hist2] == [h["rollout/group_size"] for h in hist[2:]]
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
 

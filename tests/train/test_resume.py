@@ -8,30 +8,20 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
-import yaml
 
 from tailrl.config import load_config
 from tailrl.model.loading import iter_safetensors
 from tailrl.train.checkpoint import latest_checkpoint
 from tailrl.train.metrics import read_metrics
 from tailrl.train.trainer import Trainer
-from tests.train.conftest import base_overrides
+from tests.helpers import base_overrides, write_config
 
 
 def _weights(run_dir):
     ckpt = latest_checkpoint(run_dir)
     return dict(iter_safetensors([ckpt / "model" / "model.safetensors"]))
-
-
-def _write_config(path, overrides):
-    tree = {}
-    for o in overrides:
-        k, v = o.split("=", 1)
-        sec, key = k.split(".")
-        tree.setdefault(sec, {})[key] = yaml.safe_load(v)
-    path.write_text(yaml.safe_dump(tree))
-    return path
 
 
 def test_resume_between_steps_is_exact(tiny_model_dir, arith_data, tmp_path):
@@ -50,11 +40,12 @@ def test_resume_between_steps_is_exact(tiny_model_dir, arith_data, tmp_path):
     assert [t["step"] for t in traces] == [1, 2, 3, 4] and all(t["rounds"][0]["requests"] for t in traces)
 
 
+@pytest.mark.slow
 def test_kill_9_during_training_then_resume_is_bitwise_identical(tiny_model_dir, arith_data, tmp_path):
     over = base_overrides(tiny_model_dir, arith_data, None, **{"train.total_steps": 5, "train.save_every": 1,
                                                                 "train.tensorboard": "false",
                                                                 "rollout.max_new_tokens": 24})
-    cfg_file = _write_config(tmp_path / "run.yaml", over)
+    cfg_file = write_config(tmp_path / "run.yaml", over)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
     cmd = [sys.executable, "-m", "tailrl.cli", "train", str(cfg_file)]
     subprocess.run(cmd + ["--run-dir", str(tmp_path / "full")], check=True, env=env, capture_output=True)

@@ -6,8 +6,9 @@ the speculative path's own overhead: planning, drafting bookkeeping, trees, acce
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict, deque
+
+from tailrl.engine.probe import time_forward
 
 
 def fit_affine(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -28,20 +29,12 @@ class ForwardCost:
         self.observed: deque[tuple[float, float]] = deque(maxlen=window)
         self._fit: tuple[float, float] | None = None
 
-    def calibrate(self, runner, cache, reps: int = 3, sizes: tuple[int, ...] = (1, 4, 16, 64)) -> None:
+    def calibrate(self, engine, reps: int = 3, sizes: tuple[int, ...] = (1, 4, 16, 64)) -> None:
         """Time forwards of one scratch row with n new tokens over a short context (real kernels, no requests)."""
-        sid = -2
+        cache = engine.cache
         sizes = tuple(n for n in sizes if cache.blocks_for(16 + n) <= cache.num_free) or (1,)
-        cache.ensure(sid, 0, 16 + max(sizes))
-        try:
-            runner.forward([sid], [0], [[1] * 16])
-            for n in sizes:
-                for _ in range(reps):
-                    t = time.perf_counter()
-                    runner.forward([sid], [16], [[1] * n])
-                    self.calibration.append((float(n), time.perf_counter() - t))
-        finally:
-            cache.free(sid)
+        for n in sizes:
+            self.calibration += [(float(n), t) for t in time_forward(engine, 1, n, ctx=16, reps=reps)]
         self._fit = None
 
     def observe(self, n_tokens: int, seconds: float) -> None:

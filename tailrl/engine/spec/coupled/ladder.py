@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailrl.engine.spec.window import expected_tokens
+from tailrl.errors import UserError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10)) + (0.95,)
 
@@ -53,8 +54,6 @@ class Ladder:
 
     @classmethod
     def load(cls, path: str | Path) -> Ladder:
-        from tailrl.errors import UserError
-
         try:
             d = json.loads(Path(path).read_text())
             return cls(list(d["alphas"]), {k: list(v) for k, v in d["table"].items()}, d.get("meta", {}))

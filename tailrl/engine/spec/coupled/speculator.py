@@ -1,6 +1,7 @@
 """The speculator: per decode step, which drafter drafts how many tokens for which sequence, and what
 is learned from the verification. Owns the drafters, acceptance statistics, the forward-cost model
-and the draft ladder; the engine owns the model and the exact check (spec/step.py).
+and the draft ladder; the verify step is coupled/verify.py, the exact check the engine's keyed sampler.
+It is the engine's DecodeStrategy for engine.spec.mode=coupled (engine/strategy.py).
 
 Per sequence, acceptance is a per-token rate alpha per drafter (truncated-geometric MLE: accepted /
 (accepted + rejections)), shrunk toward the drafter's historical rate (weight `prior_weight`), which
@@ -27,42 +28,26 @@ import statistics
 import time
 from collections import defaultdict, deque
 
-import tailrl.engine.spec.draft_model  # noqa: F401  (registers the "draft" drafter)
+from tailrl.engine.keyed import uniform_from_hash
+from tailrl.engine.sampling import sample_hashes
 from tailrl.engine.spec.cost import ForwardCost, ThroughputGate
-from tailrl.engine.spec.drafters import DRAFTERS
-from tailrl.engine.spec.ladder import Ladder
+from tailrl.engine.spec.coupled.ladder import Ladder
+from tailrl.engine.spec.coupled.verify import speculative_decode
+from tailrl.engine.spec.drafters import DRAFTERS, drafter_names
 from tailrl.engine.spec.window import expected_tokens, plan_windows
-
-METHODS = ("none", "ngram", "history", "draft", "auto")
-
-
-def drafter_names(method: str, draft_model: str) -> list[str]:
-    """The drafters a method uses (the first is the default primary)."""
-    if method not in METHODS:
-        from tailrl.errors import UserError
-
-        raise UserError(f"unknown speculation method '{method}'; valid: {', '.join(METHODS)} (or draft:PATH)")
-    if method == "none":
-        return []
-    if method == "auto":
-        return ["history", "ngram"] + (["draft"] if draft_model else [])
-    return [method]
 
 
 class Speculator:
     def __init__(self, engine, cfg, prior_weight: float = 4.0, history_decay: float = 0.99, explore_batch: int = 16):
         self.cfg = cfg
-        method, arg = cfg.method, None
-        if method.startswith("draft:"):
-            method, arg = "draft", method.split(":", 1)[1]
-        self.names = drafter_names(method, arg or cfg.draft_model)
-        self.drafters = {n: DRAFTERS[n](engine, cfg, arg) for n in self.names}
+        self.names = drafter_names(cfg)
+        self.drafters = {n: DRAFTERS.get(n)(engine, cfg) for n in self.names}
         self.engine = engine
         self.cost = ForwardCost()
         self.plain_step = ForwardCost(default=(0.0, 0.0))  # wall of a plain decode step vs batch size
         self.spec_overhead = ForwardCost(default=(0.0, 0.0))  # spec step wall - forward - drafting, vs batch
-        self.cost.calibrate(engine.runner, engine.cache)  # while the cache is empty
-        self.ladder = Ladder.load(cfg.ladder) if cfg.ladder else None
+        self.cost.calibrate(engine)  # while the cache is empty
+        self.ladder = Ladder.load(cfg.coupled.ladder) if cfg.coupled.ladder else None
         self.prior_weight, self.decay = prior_weight, history_decay
         self.explore_batch = explore_batch  # the first speculative step runs at a batch this small or smaller
         self.hist = {n: [cfg.alpha_prior * prior_weight, prior_weight] for n in self.names}  # [accepted, trials]
@@ -75,11 +60,9 @@ class Speculator:
         self._plans, self._table = 0, None
         self.gate = ThroughputGate()
 
-    def decode(self, engine, ready) -> None:
-        """One decode step of the running sequences: draft, verify exactly, or plain (spec/step.py)."""
-        from tailrl.engine.spec.step import speculative_decode
-
-        speculative_decode(engine, ready)
+    def decode(self, ready) -> None:
+        """One decode step of the running sequences: draft, verify exactly, or plain (coupled/verify.py)."""
+        speculative_decode(self, ready)
 
     # -- estimates -------------------------------------------------------------------------------
     def alpha_hist(self, name: str) -> float:
@@ -134,7 +117,7 @@ class Speculator:
             if k > 0:
                 by_name[n].append(i)
         self._propose(seqs, by_name, ks, cands)
-        if self.cfg.best_of_n and len(self.names) > 1:
+        if self.cfg.coupled.best_of_n and len(self.names) > 1:
             self._best_of_n(seqs, prim, alphas, caps, cands, c0, c1, base)
         return cands
 
@@ -191,16 +174,13 @@ class Speculator:
         None when the target decodes greedily or samples otherwise."""
         if self.engine.config.sampler != "inverse_cdf" or any(s.request.params.temperature <= 0 for s in seqs):
             return None
-        from tailrl.engine.engine import sample_hashes
-        from tailrl.engine.keyed import uniform_from_hash
-
         rows = [s for s in seqs for _ in range(k)]
         u = uniform_from_hash(sample_hashes(rows, [s.num_generated + j for s in seqs for j in range(k)])).tolist()
         return [u[i * k:(i + 1) * k] for i in range(len(seqs))]
 
     def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:
         planned = base + sum(len(c[0][1]) for c in cands if c)
-        budget = int(self.cfg.bon_spare * c0 / c1) - planned
+        budget = int(self.cfg.coupled.bon_spare * c0 / c1) - planned
         if budget <= 0:
             return
         extra: dict[str, list[int]] = defaultdict(list)
@@ -249,6 +229,9 @@ class Speculator:
     def close(self) -> None:
         """Nothing outlives the engine here (the decoupled speculator stops its drafter process)."""
 
+    def begin_rollout(self) -> None:
+        self.counters.clear()
+
     def end_rollout(self) -> None:
         for d in self.drafters.values():
             d.end_rollout()
@@ -266,7 +249,4 @@ class Speculator:
             m[f"spec/drafter_share/{n}"] = c[f"share/{n}"] / shares if shares else 0.0
             m[f"spec/acceptance/{n}"] = c[f"accepted/{n}"] / c[f"proposed/{n}"] if c[f"proposed/{n}"] else 0.0
         return m
-
-    def reset_counters(self) -> None:
-        self.counters.clear()
 

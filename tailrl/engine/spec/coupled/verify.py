@@ -1,11 +1,11 @@
-"""One speculative decode forward with exact keyed verification.
+"""One coupled speculative decode step with exact keyed verification.
 
 For each running sequence: row = [pending tokens .., last token = tree root, tree nodes ..] where the
 tree merges its candidate drafts (a chain for one drafter, a trie for Best-of-N). One target forward
 over all rows (ancestor-only masks for trees, rotary position = root position + depth); keyed samples
 at the root and every node with the same key plain decoding uses (seed, uid, sample, position); the
 longest path whose tokens equal their parents' samples is kept, plus the sample after it. K/V of a
-tree's kept path is moved to consecutive slots, everything after it is rolled back.
+tree's kept path is moved to consecutive slots, everything after it is rolled back (engine.commit).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from tailrl.engine.spec.tree import accept_path, build_tree
-from tailrl.engine.telemetry import StepRecord
 
 
 def _row_mask(pending: int, tree) -> torch.Tensor:
@@ -26,18 +25,20 @@ def _row_mask(pending: int, tree) -> torch.Tensor:
     return m
 
 
-def speculative_decode(engine, ready) -> None:
-    spec, cache = engine.speculator, engine.cache
-    t0 = engine._now()
+def speculative_decode(spec, ready) -> None:
+    """One decode step of `ready` for the coupled Speculator `spec`: plan, verify, commit."""
+    engine = spec.engine
+    cache = engine.cache
+    t0 = engine.now()
     room = []
     for s in ready:
         left = min(s.max_new_tokens - s.num_generated, engine.max_model_len - len(s.tokens))
         room.append(left - 1)  # the bonus token needs a place too
     cands = spec.plan(ready, room)
     if cands is None:  # the cost models expect a plain step to be faster here
-        engine._decode(ready)
-        spec.plain_step.observe(len(ready), engine._now() - t0)
-        spec.record("plain", len(ready), len(ready), engine._now() - t0)
+        engine.decode_step(ready)
+        spec.plain_step.observe(len(ready), engine.now() - t0)
+        spec.record("plain", len(ready), len(ready), engine.now() - t0)
         return
     trees, toks, masks, depths, rows = [], [], [], [], []
     for s, cand in zip(ready, cands):
@@ -53,10 +54,9 @@ def speculative_decode(engine, ready) -> None:
         depths.append(None if chain else list(range(p - 1)) + [p - 1 + d for d in tree.depth])
         rows.append([p - 1 + i for i in range(len(tree))])
     use_tree = any(m is not None for m in masks)
-    tf = engine._now()
-    logits = engine.runner.forward([s.seq_id for s in ready], [s.num_cached for s in ready], toks,
-                                   tree_mask=masks if use_tree else None, tree_depth=depths if use_tree else None,
-                                   logits_rows=rows)  # (B, R, V)
+    tf = engine.now()
+    logits = engine.forward(ready, toks, tree_mask=masks if use_tree else None,
+                            tree_depth=depths if use_tree else None, logits_rows=rows)  # (B, R, V)
     flat_seqs, flat_pos, flat_logits = [], [], []
     for b, (s, tree) in enumerate(zip(ready, trees)):
         for i in range(len(tree)):
@@ -66,7 +66,7 @@ def speculative_decode(engine, ready) -> None:
     samples, logps = engine.sample(flat_seqs, torch.cat(flat_logits), flat_pos)
     samples, logps = samples.tolist(), logps.tolist()  # host sync: the forward has finished
     n_tokens = sum(len(t) for t in toks)
-    t_fwd = engine._now() - tf
+    t_fwd = engine.now() - tf
     spec.cost.observe(n_tokens, t_fwd)
     off = emitted_total = 0
     for s, tree, cand in zip(ready, trees, cands):
@@ -78,15 +78,8 @@ def speculative_decode(engine, ready) -> None:
         base = s.num_cached + s.pending  # tokens whose K/V this forward completed (pending incl. root)
         if path != list(range(1, len(path) + 1)):  # keep the path's K/V at consecutive positions
             cache.move(s.seq_id, [base - 1 + node for node in path], list(range(base, base + len(path))))
-        s.num_cached = base + len(path)
-        cache.truncate(s.seq_id, s.num_cached)
         sources = [0] + path  # emitted[j] was sampled at node sources[j]
-        for j, tok in enumerate(emitted):
-            emitted_total += 1
-            if engine.advance(s, tok, lp[sources[j]]):
-                break
-    t1 = engine._now()
-    spec.record("spec", len(ready), emitted_total, t1 - t0)
-    spec.spec_overhead.observe(len(ready), max(0.0, t1 - t0 - t_fwd - spec.last_draft_s))
-    engine.trace.steps.append(StepRecord("verify", t0, t1, len(ready), n_tokens, emitted_total))
-
+        emitted_total += engine.commit(s, base + len(path), emitted, [lp[i] for i in sources])
+    spec.record("spec", len(ready), emitted_total, engine.now() - t0)
+    spec.spec_overhead.observe(len(ready), max(0.0, engine.now() - t0 - t_fwd - spec.last_draft_s))
+    engine.record("verify", t0, len(ready), n_tokens, emitted_total)

@@ -1,14 +1,15 @@
 """Decoupled speculation, verifier side (SpecActor §4.1): the engine verifies while a drafter process
-(spec/draft_worker.py) drafts the next window on other cores, in lockstep rounds.
+(decoupled/worker.py) drafts the next window on other cores, in lockstep rounds. It is the engine's
+DecodeStrategy for engine.spec.mode=decoupled (engine/strategy.py).
 
 One round = one engine decode step: send the drafter what was committed last round, run the target's
 forward over each request's pending token + the drafts in hand (Stream.verify_window), keep the
 longest prefix equal to the target's keyed samples plus the sample after it (exactly what plain
 decoding would emit), then take the drafts the drafter made meanwhile and reconcile them with what
-was just committed (spec/stream.py). A coupled request (Alg. 2 may switch low-acceptance requests
+was just committed (decoupled/stream.py). A coupled request (Alg. 2 may switch low-acceptance requests
 to it) keeps the barrier: it skips the rounds in which its window is being drafted.
 
-The plan (window, cores) comes from the TGS model (spec/tgs.py, Alg. 1) over a profile; every
+The plan (window, cores) comes from the TGS model (decoupled/tgs.py, Alg. 1) over a profile; every
 `reconfigure_every` rounds the batch's window is re-planned for the batch running then and Alg. 2
 re-plans the requests accepting less than average. With engine.spec.gate (default) a ThroughputGate
 compares measured decoupled and plain rounds per batch-size bucket and runs plain rounds (on all
@@ -31,16 +32,15 @@ from multiprocessing.connection import Listener
 
 import torch
 
-from tailrl.engine.engine import sample_windows
 from tailrl.engine.spec.cost import ThroughputGate
-from tailrl.engine.spec.stream import Stream, merge, reconcile
-from tailrl.engine.spec.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
-from tailrl.engine.telemetry import StepRecord
+from tailrl.engine.spec.decoupled.stream import Stream, merge, reconcile
+from tailrl.engine.spec.decoupled.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
+from tailrl.engine.spec.tree import accept_path, build_tree
 from tailrl.errors import UserError
 
 
 class DecoupledSpeculator:
-    def __init__(self, engine, cfg, draft_path: str, plan: Plan, draft_cost: DraftCost | None = None,
+    def __init__(self, engine, cfg, plan: Plan, draft_cost: DraftCost | None = None,
                  verify_cost: VerifyCost | None = None, acceptance: float = 0.5):
         self.engine, self.cfg, self.plan = engine, cfg, plan
         self.p = acceptance  # the batch's per-token acceptance the window is planned for
@@ -48,7 +48,7 @@ class DecoupledSpeculator:
         p = next(engine.model.parameters())
         # on CPU the drafter is pinned to the last g_draft cores and the verifier to the others
         avail = sorted(os.sched_getaffinity(0))
-        on_cpu = p.device.type == "cpu" and not cfg.draft_device and plan.g_draft < len(avail)
+        on_cpu = p.device.type == "cpu" and not cfg.decoupled.draft_device and plan.g_draft < len(avail)
         cores = avail[-plan.g_draft:] if on_cpu else None
         self.verify_cores = set(avail[:-plan.g_draft]) if on_cpu else None
         self._affinity_before = None
@@ -56,11 +56,11 @@ class DecoupledSpeculator:
         # connected over a local socket
         key = os.urandom(16)
         listener = Listener(family="AF_UNIX", authkey=key)
-        args = {"address": listener.address, "authkey": key.hex(), "model_path": draft_path,
-                "dtype": str(p.dtype).removeprefix("torch."), "device": cfg.draft_device or str(p.device),
+        args = {"address": listener.address, "authkey": key.hex(), "model_path": cfg.draft_model,
+                "dtype": str(p.dtype).removeprefix("torch."), "device": cfg.decoupled.draft_device or str(p.device),
                 "threads": plan.g_draft, "cores": cores, "kv_tokens": cfg.draft_kv_tokens,
                 "block_size": engine.config.block_size, "sampler": engine.config.sampler}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.engine.spec.draft_worker", json.dumps(args)])
+        self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.engine.spec.decoupled.worker", json.dumps(args)])
         try:
             listener._listener._socket.settimeout(120)  # a drafter that dies before connecting: no hang
             self.conn = listener.accept()
@@ -91,12 +91,14 @@ class DecoupledSpeculator:
         self._threads_before: int | None = None
 
     # -- one round -------------------------------------------------------------------------------
-    def decode(self, engine, ready) -> None:
+    def decode(self, ready) -> None:
+        engine = self.engine
         self._catch_up(ready)
         if self.cfg.gate and self.gate.slower(len(ready)):  # measured: plain rounds emit more per second here
-            return self._plain(engine, ready)
+            return self._plain(ready)
         self._cores(verify=True)
-        if self.D is not None and self.cfg.window == 0 and self.rounds % self.cfg.reconfigure_every == 0:
+        dc = self.cfg.decoupled
+        if self.D is not None and dc.window == 0 and self.rounds % dc.reconfigure_every == 0:
             # Alg. 1's window for the batch running now (it shrinks during a rollout); new requests take it,
             # and requests at or above average acceptance move to it
             w = best_window(self.D, self.V, len(ready), self.p, self.cfg.k_max)[0]
@@ -108,7 +110,7 @@ class DecoupledSpeculator:
                     if (st.w, st.mode) != (w, "decoupled") and self.acceptance(sid) >= self.p:
                         st.w, st.mode = w, "decoupled"
                         self.ops.append(("cfg", sid, w, st.mode))
-        t0 = engine._now()
+        t0 = engine.now()
         for s in ready:
             if s.seq_id not in self.streams:
                 st = self.streams[s.seq_id] = Stream(len(s.tokens), self.plan.w, "decoupled")
@@ -118,13 +120,14 @@ class DecoupledSpeculator:
         self.conn.send(("round", self.ops))
         self.ops, self._awaiting = [], True
         try:
-            self._verify(engine, ready, t0)
+            self._verify(ready, t0)
         except BaseException:
             if self._awaiting:  # keep the lockstep: the drafter's answer to this round is not left unread
                 self._reply()
             raise
 
-    def _verify(self, engine, ready, t0: float) -> None:
+    def _verify(self, ready, t0: float) -> None:
+        engine = self.engine
         cache = engine.cache
         rows, toks, lrows, ks = [], [], [], []
         skipped = set()
@@ -148,36 +151,28 @@ class DecoupledSpeculator:
         emitted = 0
         n_tokens = sum(len(t) for t in toks)
         if rows:
-            logits = engine.runner.forward([s.seq_id for s in rows], [s.num_cached for s in rows], toks,
-                                           logits_rows=lrows)  # (B, R, V)
+            logits = engine.forward(rows, toks, logits_rows=lrows)  # (B, R, V)
             counts = torch.tensor([k + 1 for k in ks], device=logits.device)
             flat_l = logits[torch.arange(logits.shape[1], device=logits.device) < counts[:, None]]  # (sum k+1, V)
-            samples, logps = sample_windows(rows, flat_l, [k + 1 for k in ks], engine.config.sampler)
+            samples, logps = engine.sample_windows(rows, flat_l, [k + 1 for k in ks])
             samples, logps = samples.tolist(), logps.tolist()
             off = 0
             for s, k in zip(rows, ks):
                 st = self.streams[s.seq_id]
                 smp, lp = samples[off: off + k + 1], logps[off: off + k + 1]
                 off += k + 1
-                a = 0
-                while a < k and st.tokens[a] == smp[a]:
-                    a += 1
+                path, accepted = accept_path(build_tree(s.tokens[-1], [st.tokens[:k]]), smp)
                 base = len(s.tokens)  # K/V now holds base + k tokens; keep the accepted drafts' part
-                s.num_cached = base + a
-                cache.truncate(s.seq_id, s.num_cached)
-                committed = []
-                for j in range(a + 1):
-                    committed.append(smp[j])
-                    if engine.advance(s, smp[j], lp[j]):
-                        break
-                emitted += len(committed)
+                n = engine.commit(s, base + len(path), accepted, lp[: len(accepted)])
+                committed = accepted[:n]
+                emitted += n
                 if s.seq_id in self.streams:  # still running: tell the drafter, settle the stream
                     self._settle(s.seq_id, *reconcile(st, committed), st.epoch - 1)
                     self.ops.append(("commit", s.seq_id, committed))
         self._skipped = skipped
-        tw = engine._now()
+        tw = engine.now()
         kind, chunks, draft_s, steps, drafted_rows = self._reply()
-        wait = engine._now() - tw
+        wait = engine.now() - tw
         self.counters["verify_wait_s"] += wait
         if self.log is not None:  # the runtime's own costs, for `tailrl profile spec` (profile_tgs.py)
             self.log.append((len(rows), n_tokens, tw - t0, drafted_rows, steps, draft_s))
@@ -194,11 +189,11 @@ class DecoupledSpeculator:
         self.counters["emitted"] += emitted
         self.counters["rows"] += len(rows)
         self.counters["verify_tokens"] += n_tokens
-        if self.D is not None and self.rounds % self.cfg.reconfigure_every == 0:
+        if self.D is not None and self.rounds % self.cfg.decoupled.reconfigure_every == 0:
             self._reconfigure()
-        engine.trace.steps.append(StepRecord("verify", t0, engine._now(), len(ready), n_tokens, emitted))
+        engine.record("verify", t0, len(ready), n_tokens, emitted)
         if n_tokens > len(rows):  # a round with drafts in hand: rounds that refill the pipeline are not judged
-            self.gate.record("spec", len(ready), emitted, engine._now() - t0)
+            self.gate.record("spec", len(ready), emitted, engine.now() - t0)
 
     def _reply(self):
         """The drafter's answer to the round just sent."""
@@ -220,14 +215,14 @@ class DecoupledSpeculator:
                 self._settle(s.seq_id, *reconcile(st, new), st.epoch - 1)
                 self.ops.append(("commit", s.seq_id, new))
 
-    def _plain(self, engine, ready) -> None:
+    def _plain(self, ready) -> None:
         """A plain decode round on all of this process's cores, the drafter idle; the committed tokens
         reach the drafter with the next decoupled round (streams stay valid where they match)."""
         self._cores(verify=False)
-        t0 = engine._now()
-        engine._decode(ready)
+        t0 = self.engine.now()
+        self.engine.decode_step(ready)
         self._catch_up([s for s in ready if s.finish_reason is None])
-        self.gate.record("plain", len(ready), len(ready), engine._now() - t0)
+        self.gate.record("plain", len(ready), len(ready), self.engine.now() - t0)
         self.counters["plain_rounds"] += 1
 
     def _cores(self, verify: bool) -> None:
@@ -317,7 +312,7 @@ class DecoupledSpeculator:
                 "spec/decoupled/plain_rounds": float(c["plain_rounds"]),
                 "spec/decoupled/draft_s": c["draft_s"], "spec/decoupled/verify_wait_s": c["verify_wait_s"]}
 
-    def reset_counters(self) -> None:
+    def begin_rollout(self) -> None:
         self.counters.clear()
         self.waste.clear()
         self.rounds = 0

@@ -1,7 +1,7 @@
 """SpecActor's throughput model for decoupled speculation (§4.1) and the two planners built on it:
 Alg. 1 (which cores draft, which verify, and the batch's draft window w) and Alg. 2 (per-request
 window and coupled/decoupled mode for requests accepting less than the batch average). Pure
-functions over profiled affine costs; `tailrl profile spec` measures them (spec/profile_tgs.py).
+functions over profiled affine costs; `tailrl profile spec` measures them (spec/profiling/tgs.py).
 
 Costs (seconds), fitted offline per resource count g (cores here, GPUs on a cluster):
     D_g(b)    = alpha + b * D'          one draft step (one token for each of b requests)
@@ -29,8 +29,12 @@ V(b, b * (w + 1)).  TGS = tau / IL, tokens per second per request.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+
+from tailrl.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -204,3 +208,22 @@ def reconfigure(acceptance: dict[int, float], D: DraftCost, V: VerifyCost, cap: 
                          for w in range(1, cap + 1))
         out[r] = (wd, "decoupled") if td >= tc else (wc, "coupled")
     return out
+
+
+def save_tgs_profile(prof: dict, path: str | Path, **meta) -> None:
+    """Write a profile {"drafts": {g: DraftCost}, "verifies": {g: VerifyCost}, "acceptance", "points"} as JSON."""
+    blob = {"drafts": {str(g): [c.alpha, c.slope] for g, c in prof["drafts"].items()},
+            "verifies": {str(g): [c.beta, c.per_request, c.per_token] for g, c in prof["verifies"].items()},
+            "acceptance": prof.get("acceptance"), "points": {str(g): v for g, v in prof["points"].items()}, **meta}
+    Path(path).write_text(json.dumps(blob, indent=1))
+
+
+def load_tgs_profile(path: str | Path) -> dict:
+    """The profile save_tgs_profile wrote; UserError when it cannot be read."""
+    try:
+        blob = json.loads(Path(path).read_text())
+        return {"drafts": {int(g): DraftCost(*v) for g, v in blob["drafts"].items()},
+                "verifies": {int(g): VerifyCost(*v) for g, v in blob["verifies"].items()},
+                "acceptance": blob.get("acceptance"), "points": blob.get("points", {})}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"cannot read the TGS profile {path}: {e} (make one with `tailrl profile spec`)") from None

@@ -21,8 +21,11 @@ Reply: ("drafts", [(seq_id, epoch, start, tokens)], seconds drafting, draft step
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
+from multiprocessing.connection import Client
 
 
 def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: list[int] | None,
@@ -30,14 +33,16 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
     """The drafter loop on an open connection to the verifier."""
     if cores:
         os.sched_setaffinity(0, cores)
+    # lazy (subprocess start-up): torch starts its threads at import, after the pinning above
     import torch
 
-    torch.set_num_threads(max(1, threads))
-    from tailrl.engine.engine import sample_rows
+    from tailrl.engine.sampling import sample_rows
     from tailrl.engine.sequence import Sequence
-    from tailrl.engine.spec.draft_model import DraftModelDrafter
-    from tailrl.engine.spec.stream import Stream, reconcile
+    from tailrl.engine.spec.decoupled.stream import Stream, reconcile
+    from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
     from tailrl.model import load
+
+    torch.set_num_threads(max(1, threads))
 
     model, _ = load(model_path, dtype=getattr(torch, dtype), device=device, tokenizer=False)
     drafter = DraftModelDrafter(model.eval(), lambda s, lg, pos: sample_rows(s, lg, pos, sampler),
@@ -83,11 +88,7 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
 
 
 def main() -> None:
-    """`python -m tailrl.engine.spec.draft_worker ARGS_JSON` (started by spec/decoupled.py)."""
-    import json
-    import sys
-    from multiprocessing.connection import Client
-
+    """`python -m tailrl.engine.spec.decoupled.worker ARGS_JSON` (started by decoupled/speculator.py)."""
     a = json.loads(sys.argv[1])
     conn = Client(a.pop("address"), family="AF_UNIX", authkey=bytes.fromhex(a.pop("authkey")))
     try:

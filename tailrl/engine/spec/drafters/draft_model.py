@@ -14,7 +14,9 @@ from collections.abc import Callable
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.runner import ModelRunner
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.drafters import DRAFTERS
+from tailrl.engine.spec.drafters.base import DRAFTERS
+from tailrl.errors import UserError
+from tailrl.model import load
 
 
 class DraftModelDrafter:
@@ -83,11 +85,9 @@ class DraftModelDrafter:
         self._ctx.clear()
 
 
-def _draft_factory(engine, cfg, arg=None):
-    from tailrl.errors import UserError
-    from tailrl.model import load
-
-    path = arg or cfg.draft_model
+@DRAFTERS.register("draft")
+def _draft_factory(engine, cfg) -> DraftModelDrafter:
+    path = cfg.draft_model
     if not path:
         raise UserError("speculation with a draft model needs engine.spec.draft_model (or --spec draft:PATH)")
     p = next(engine.model.parameters())
@@ -96,6 +96,3 @@ def _draft_factory(engine, cfg, arg=None):
         raise UserError(f"draft model vocabulary ({model.args.vocab_size}) differs from the policy's "
                         f"({engine.model.args.vocab_size}); it must share the tokenizer")
     return DraftModelDrafter(model.eval(), engine.sample, cfg.draft_kv_tokens, engine.config.block_size)
-
-
-DRAFTERS["draft"] = _draft_factory

@@ -1,39 +1,13 @@
-"""Drafters: propose up to k next tokens per sequence. Proposals never change the output (verification
-is exact); they only decide how many tokens one target forward can confirm.
-
-    class Drafter(Protocol):
-        name: str
-        def propose(self, seqs, ks, uniforms=None) -> list[list[int]]
-            # batched: one proposal (<= ks[i] tokens) per seq; uniforms[i][j]: the target's keyed uniform
-            # for seq i's j-th drafted position (None: greedy decoding), for drafters that sample
-        def release(self, seq) -> None                   # seq finished / failed: drop its state
-        def end_rollout(self) -> None                    # generate() finished: keep what outlives a step
-
-DRAFTERS maps a name to a factory(engine, spec_config, arg) -> Drafter.
-"""
+"""Model-free drafters that look drafts up in text already seen: `ngram` (prompt lookup in the sequence's
+own prompt and output) and `history` (sibling rollouts of the same prompt and earlier steps' rollouts)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from typing import Protocol
 
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.ngram_index import NgramIndex
-
-
-class Drafter(Protocol):
-    name: str
-
-    def propose(self, seqs: list[Sequence], ks: list[int], uniforms: list[list[float]] | None = None
-                ) -> list[list[int]]: ...
-
-    def release(self, seq: Sequence) -> None: ...
-
-    def end_rollout(self) -> None: ...
-
-
-DRAFTERS: dict[str, Callable[..., Drafter]] = {}
+from tailrl.engine.spec.drafters.base import DRAFTERS
+from tailrl.engine.spec.drafters.ngram_index import NgramIndex
 
 
 class PromptLookupDrafter:
@@ -141,5 +115,11 @@ class HistoryDrafter:
         # indexing is lazy (propose refreshes): while speculation stays off it costs nothing
 
 
-DRAFTERS["ngram"] = lambda engine, cfg, arg=None: PromptLookupDrafter(cfg.ngram_min, cfg.ngram_max)
-DRAFTERS["history"] = lambda engine, cfg, arg=None: HistoryDrafter(cfg.ngram_min, cfg.ngram_max, cfg.history_per_prompt)
+@DRAFTERS.register("ngram")
+def _ngram(engine, cfg) -> PromptLookupDrafter:
+    return PromptLookupDrafter(cfg.coupled.ngram_min, cfg.coupled.ngram_max)
+
+
+@DRAFTERS.register("history")
+def _history(engine, cfg) -> HistoryDrafter:
+    return HistoryDrafter(cfg.coupled.ngram_min, cfg.coupled.ngram_max, cfg.coupled.history_per_prompt)

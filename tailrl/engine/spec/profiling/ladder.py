@@ -3,7 +3,7 @@
 Measures (i) target forward seconds per batch size and tokens per row (1 = plain decode, k + 1 =
 verify of a k-token draft) on scratch sequences, and (ii) each drafter's proposal seconds per token on
 synthetic sequences; then, per drafter and acceptance rate, simulates rollouts of a long-tailed batch
-with random accept/reject (spec/ladder.py `simulate`) at every window and keeps the best speed-up over
+with random accept/reject (coupled/ladder.py `simulate`) at every window and keeps the best speed-up over
 plain decoding. No trained model is needed: the target's weights do not change the timings.
 """
 
@@ -13,47 +13,8 @@ import random
 import statistics
 import time
 
-from tailrl.engine.spec.ladder import ALPHAS, Ladder, simulate
-
-
-def time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3, sample: bool = False) -> float:
-    """Median seconds of one target forward over b scratch rows of n new tokens after ctx cached ones;
-    sample: with keyed sampling of every new position (what a verify round computes)."""
-    from tailrl.engine.engine import sample_windows
-
-    cache, runner = engine.cache, engine.runner
-    sids = list(range(-1000, -1000 - b, -1))
-    seqs = fake_seqs(b, engine.model.args.vocab_size, random.Random(b)) if sample else []
-    rows = [list(range(n))] * b if sample else None
-    for sid in sids:
-        cache.ensure(sid, 0, ctx + n)
-    try:
-        runner.forward(sids, [0] * b, [[1] * ctx] * b)
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            logits = runner.forward(sids, [ctx] * b, [[1] * n] * b, logits_rows=rows)
-            if sample:
-                sample_windows(seqs, logits.reshape(b * n, -1), [n] * b, engine.config.sampler)[0].tolist()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-    finally:
-        for sid in sids:
-            cache.free(sid)
-
-
-def fake_seqs(b: int, vocab: int, rng: random.Random):
-    """b scratch sequences (16 prompt tokens, then a motif repeated: n-gram drafters find matches)."""
-    from tailrl.engine.request import Request, SamplingParams
-    from tailrl.engine.sequence import Sequence
-
-    seqs = []
-    for i in range(b):
-        motif = [rng.randrange(3, vocab) for _ in range(8)]
-        toks = [rng.randrange(3, vocab) for _ in range(16)] + motif * 4
-        req = Request(toks[:16], uid=i, n=1, params=SamplingParams())
-        seqs.append(Sequence(i, req, 0, 256, toks, 16))
-    return seqs
+from tailrl.engine.probe import fake_seqs, time_forward
+from tailrl.engine.spec.coupled.ladder import ALPHAS, Ladder, simulate
 
 
 def _time_drafter(drafter, b: int, k: int, vocab: int) -> float:
@@ -70,12 +31,12 @@ def _time_drafter(drafter, b: int, k: int, vocab: int) -> float:
 
 def profile_ladder(engine, batches=(1, 2, 4, 8, 16, 32, 64), k_max: int = 8, n_requests: int = 64,
                    alphas=ALPHAS, seed: int = 0, progress=print) -> Ladder:
-    spec = engine.speculator
+    spec = engine.strategy  # a coupled Speculator: its drafters are timed
     vocab = engine.model.args.vocab_size
     t_fwd = {n: {} for n in range(1, k_max + 2)}
     for n in t_fwd:
         for b in batches:
-            t_fwd[n][b] = time_forward(engine, b, n)
+            t_fwd[n][b] = statistics.median(time_forward(engine, b, n))
         progress(f"target forward, {n} token(s)/row: " + ", ".join(f"b={b} {t * 1e3:.2f}ms" for b, t in t_fwd[n].items()))
     draft_s = {}
     for name, d in spec.drafters.items():

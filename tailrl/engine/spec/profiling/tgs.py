@@ -14,17 +14,24 @@ Random weights time the same as trained ones; acceptance needs the real pair.
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
+from tailrl.engine.probe import fake_seqs, time_forward
+from tailrl.engine.request import Request, SamplingParams
+from tailrl.engine.sampling import sample_rows
 from tailrl.engine.spec.cost import fit_affine
-from tailrl.engine.spec.profile import fake_seqs, time_forward
-from tailrl.engine.spec.tgs import DraftCost, VerifyCost
+from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost
+from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
+from tailrl.model import load
+from tailrl.model.loading import save_hf
 
 
 def fit_verify(points: list[tuple[int, int, float]]) -> VerifyCost:
@@ -56,30 +63,24 @@ def time_draft(drafter, b: int, vocab: int, k: int = 4, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windows=(1, 2, 4, 6),
+def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 32, 64), windows=(1, 2, 4, 6),
                 reps: int = 3, block_size: int = 16, progress=None, decoupled: tuple[int, int] | None = None,
                 requests=None) -> dict:
-    """Profile kernels at each thread count (coupled and plain decoding on those cores). target: the
-    policy model; draft: a model or a folder. decoupled=(g_draft, g_verify): the decoupled runtime's
-    own D and V for that split replace the kernel fits at those counts (profile_decoupled, on
-    requests(b) when given).
+    """Profile kernels at each thread count (coupled and plain decoding on those cores). make_engine:
+    (model, EngineConfig) -> Engine (the caller's engine class: this module builds engines but does not
+    import the engine, which profiles itself through it); target: the policy model; draft: a model or a
+    folder. decoupled=(g_draft, g_verify): the decoupled runtime's own D and V for that split replace the
+    kernel fits at those counts (profile_decoupled, on requests(b) when given).
     Returns {"drafts": {g: DraftCost}, "verifies": {g: VerifyCost}, "points": raw timings}."""
-    from tailrl.config import EngineConfig
-    from tailrl.engine import Engine
-    from tailrl.engine.engine import sample_rows
-    from tailrl.engine.spec.draft_model import DraftModelDrafter
-
     draft_path = draft if isinstance(draft, (str, Path)) else None
     if decoupled is not None and draft_path is None:
         raise ValueError("profiling the decoupled runtime needs the draft model's folder")
     if draft_path is not None:
-        from tailrl.model import load
-
         p = next(target.parameters())
         draft, _ = load(str(draft), dtype=p.dtype, device=str(p.device), tokenizer=False)
     vocab = target.args.vocab_size
     kv = max(batches) * (24 + max(windows) + 8) * 2
-    engine = Engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
+    engine = make_engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
     drafter = DraftModelDrafter(draft.eval(), lambda s, lg, pos: sample_rows(s, lg, pos, engine.config.sampler),
                                 kv, block_size)
     before = torch.get_num_threads()
@@ -89,7 +90,8 @@ def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windo
             for g in threads:
                 torch.set_num_threads(g)
                 dp = [(float(b), time_draft(drafter, b, vocab, reps=reps)) for b in batches]
-                vp = [(b, b * w, time_forward(engine, b, w, 24, reps, sample=True)) for b in batches for w in windows]
+                vp = [(b, b * w, statistics.median(time_forward(engine, b, w, 24, reps, sample=True)))
+                      for b in batches for w in windows]
                 out["drafts"][g] = DraftCost(*fit_affine(dp))
                 out["verifies"][g] = fit_verify(vp)
                 out["points"][g] = {"draft": dp, "verify": vp}
@@ -100,7 +102,7 @@ def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windo
         torch.set_num_threads(before)
     if decoupled is not None:
         gd, gv = decoupled
-        d, v, pts = profile_decoupled(target, str(draft_path), gd, gv, tuple(b for b in batches if b > 1) or (8,),
+        d, v, pts = profile_decoupled(make_engine, target, str(draft_path), gd, gv, tuple(b for b in batches if b > 1) or (8,),
                                       tuple(w for w in windows if w > 1) or (2,), block_size=block_size,
                                       requests=requests)
         out["drafts"][gd], out["verifies"][gv] = d, v
@@ -112,21 +114,16 @@ def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windo
     return out
 
 
-def _runtime_rounds(target, draft_path: str, g_draft: int, g_verify: int, batches, windows, max_new: int,
-                    block_size: int, requests=None) -> list[tuple]:
+def _runtime_rounds(make_engine, target, draft_path: str, g_draft: int, g_verify: int, batches, windows,
+                    max_new: int, block_size: int, requests=None) -> list[tuple]:
     """Per-round logs of a decoupled engine decoding, at each batch b and window, requests(b) (default:
     b random prompts decoded for max_new tokens; the first round of each run, a warm-up, is dropped)."""
-    from dataclasses import replace
-
-    from tailrl.config import EngineConfig, SpecConfig
-    from tailrl.engine import Engine, Request, SamplingParams
-
     vocab = target.args.vocab_size
-    spec = SpecConfig(method=f"draft:{draft_path}", mode="decoupled", window=max(windows), draft_cores=g_draft,
-                      verify_cores=g_verify, gate=False)
-    engine = Engine(target, EngineConfig(kv_cache_tokens=max(batches) * (24 + max_new + 16) * 2, block_size=block_size,
-                                         max_batch_size=max(batches), spec=spec))
-    sp = engine.speculator
+    spec = SpecConfig(method="draft", draft_model=draft_path, mode="decoupled", gate=False,
+                      decoupled=DecoupledSpecConfig(window=max(windows), draft_cores=g_draft, verify_cores=g_verify))
+    engine = make_engine(target, EngineConfig(kv_cache_tokens=max(batches) * (24 + max_new + 16) * 2,
+                                              block_size=block_size, max_batch_size=max(batches), spec=spec))
+    sp = engine.strategy
     rng = random.Random(0)
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=3, ignore_eos=True)
     log = []
@@ -144,7 +141,7 @@ def _runtime_rounds(target, draft_path: str, g_draft: int, g_verify: int, batche
     return log
 
 
-def profile_decoupled(target, draft_path: str, g_draft: int, g_verify: int, batches=(8, 32, 64),
+def profile_decoupled(make_engine, target, draft_path: str, g_draft: int, g_verify: int, batches=(8, 32, 64),
                       windows=(2, 3, 4), max_new: int = 12, block_size: int = 16,
                       requests=None) -> tuple[DraftCost, VerifyCost, dict]:
     """D and V of the decoupled runtime itself (drafter process on g_draft cores, verifier on g_verify),
@@ -154,11 +151,7 @@ def profile_decoupled(target, draft_path: str, g_draft: int, g_verify: int, batc
     requests(b): b requests of the workload to profile on (their rounds cover the batch as it shrinks
     and the verify tokens the real acceptance gives). Without them: random prompts, and V measured with
     the target drafting for itself, so every round verifies exactly w tokens per request."""
-    import tempfile
-
-    from tailrl.model.loading import save_hf
-
-    rounds = _runtime_rounds(target, draft_path, g_draft, g_verify, batches, windows if requests else windows[-1:],
+    rounds = _runtime_rounds(make_engine, target, draft_path, g_draft, g_verify, batches, windows if requests else windows[-1:],
                              max_new, block_size, requests)
     if requests:
         vp = [(rows, n, v_s) for rows, n, v_s, *_ in rounds if rows]
@@ -166,69 +159,6 @@ def profile_decoupled(target, draft_path: str, g_draft: int, g_verify: int, batc
         with tempfile.TemporaryDirectory() as tmp:
             save_hf(target, tmp)
             vp = [(rows, n, v_s) for rows, n, v_s, *_ in
-                  _runtime_rounds(target, tmp, g_draft, g_verify, batches, windows, max_new, block_size)]
+                  _runtime_rounds(make_engine, target, tmp, g_draft, g_verify, batches, windows, max_new, block_size)]
     dp = [(float(d_rows), d_s / steps) for _, _, _, d_rows, steps, d_s in rounds if steps]
     return DraftCost(*fit_affine(dp)), fit_verify(vp), {"draft": dp, "verify": vp}
-
-
-def save_tgs_profile(prof: dict, path: str | Path, **meta) -> None:
-    blob = {"drafts": {str(g): [c.alpha, c.slope] for g, c in prof["drafts"].items()},
-            "verifies": {str(g): [c.beta, c.per_request, c.per_token] for g, c in prof["verifies"].items()},
-            "acceptance": prof.get("acceptance"), "points": {str(g): v for g, v in prof["points"].items()}, **meta}
-    Path(path).write_text(json.dumps(blob, indent=1))
-
-
-def load_tgs_profile(path: str | Path) -> dict:
-    from tailrl.errors import UserError
-
-    try:
-        blob = json.loads(Path(path).read_text())
-        return {"drafts": {int(g): DraftCost(*v) for g, v in blob["drafts"].items()},
-                "verifies": {int(g): VerifyCost(*v) for g, v in blob["verifies"].items()},
-                "acceptance": blob.get("acceptance"), "points": blob.get("points", {})}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"cannot read the TGS profile {path}: {e} (make one with `tailrl profile spec`)") from None
-
-
-def read_prompts(prompts: str, n: int, split: str = "test") -> list[str]:
-    """n prompt texts: 'demo' (the demo task's split) or a JSONL file with a 'prompt' field."""
-    from tailrl.errors import UserError
-
-    if prompts == "demo":
-        from tailrl.demo.run import DEMO_TASK
-
-        return [r["prompt"] for r in DEMO_TASK.rows(n, split, seed=0)]
-    try:
-        return [json.loads(line)["prompt"] for line in Path(prompts).read_text().splitlines() if line.strip()][:n]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"cannot read prompts from {prompts}: {e} (JSONL with a 'prompt' field, or 'demo')") from None
-
-
-def workload(tok, texts: list[str], group: int, max_new: int, temperature: float = 1.0, seed: int = 0):
-    """requests(b) for profile_decoupled: b // group prompts (cycling through texts) x group samples."""
-    from tailrl.engine import Request, SamplingParams
-
-    params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=seed)
-
-    def requests(b: int) -> list:
-        g = min(group, b)
-        return [Request(tok(texts[i % len(texts)])["input_ids"], uid=i, n=g, params=params) for i in range(b // g)]
-    return requests
-
-
-def measure_acceptance(model, tok, draft, texts: list[str], max_new: int, temperature: float, seed: int = 0) -> float:
-    """Per-token acceptance of the draft on the target's own rollouts of the texts: the share of generated
-    positions where the draft's keyed sample equals the target's token (spec/acceptance.py)."""
-    from tailrl.config import EngineConfig
-    from tailrl.engine import Engine, Request, SamplingParams
-    from tailrl.engine.spec.acceptance import keyed_acceptance
-
-    if isinstance(draft, (str, Path)):
-        from tailrl.model import load
-
-        draft = load(str(draft), tokenizer=False)[0]
-    params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=seed)
-    reqs = [Request(tok(t)["input_ids"], uid=i, params=params) for i, t in enumerate(texts)]
-    outs, _ = Engine(model, EngineConfig(kv_cache_tokens=max(65536, 2 * len(reqs) * (max_new + 64)))).generate(reqs)
-    outs = [o for o in outs if o.finish_reason != "error" and o.token_ids]
-    return keyed_acceptance(draft.eval(), outs, seed, temperature, pad=0)

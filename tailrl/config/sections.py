@@ -1,0 +1,231 @@
+"""The run configuration's sections: frozen dataclasses, one per subsystem, every key with a default and a
+help string (`tailrl config show [SECTION]` prints them). Each subsystem reads only its own section; the
+model never sees a config object beyond ModelConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailrl.config.fields import opt
+from tailrl.errors import UserError
+from tailrl.tail import DEFAULT_TAU
+
+SPEC_METHODS = ("none", "ngram", "history", "draft", "auto")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = opt("", "local Hugging Face folder, a .gguf file, or a known name (smollm2-135m-instruct)")
+    dtype: str = opt("float32", "float32 | bfloat16 | float16; with bfloat16 training keeps fp32 master weights")
+    device: str = opt("auto", "auto (CUDA when available, else CPU) | cpu | cuda | cuda:N")
+
+
+@dataclass(frozen=True)
+class CoupledSpecConfig:
+    """Coupled speculation: drafters run in the engine's process, one exact verify forward per step."""
+
+    ngram_min: int = opt(2, "n-gram drafters (ngram, history): shortest suffix matched")
+    ngram_max: int = opt(6, "n-gram drafters: longest suffix matched")
+    history_per_prompt: int = opt(32, "history drafter: earlier rollouts of a prompt kept as draft sources")
+    best_of_n: bool = opt(True, "give the lowest-acceptance requests every drafter's proposal (a token tree) once "
+                          "the batch has shrunk")
+    bon_spare: float = opt(0.5, "Best-of-N only while the verify forward stays within (1 + bon_spare) x its "
+                           "fixed cost")
+    ladder: str = opt("", "draft-ladder JSON from `tailrl profile ladder` (empty: analytic, from the online "
+                      "forward-cost model)")
+
+
+@dataclass(frozen=True)
+class DecoupledSpecConfig:
+    """Decoupled speculation (SpecActor §4.1): a draft model in its own process drafts ahead of the verifier."""
+
+    window: int = opt(0, "draft window w (0: planned by the TGS model from `profile`, SpecActor Alg. 1)")
+    draft_cores: int = opt(1, "cores (threads) of the drafter process")
+    verify_cores: int = opt(0, "cores of the verifier (0: the rest of this process's cores)")
+    draft_device: str = opt("", "the drafter's device (empty: the policy's)")
+    profile: str = opt("", "TGS profile JSON from `tailrl profile spec` (empty: a short profile at start)")
+    acceptance: float = opt(0.0, "per-token acceptance the plan assumes (0: the profile's, else alpha_prior)")
+    reconfigure_every: int = opt(16, "rounds between re-plans (the batch window, and Alg. 2 per request)")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative rollout (tailrl/engine/spec). Verification is exact: tokens never change."""
+
+    method: str = opt("none", "none | ngram | history | draft | auto (history + ngram [+ draft when draft_model "
+                      "is set]); draft:PATH is short for method=draft, draft_model=PATH")
+    draft_model: str = opt("", "draft model folder (same tokenizer as the policy) for method draft / auto")
+    mode: str = opt("coupled", "coupled | decoupled (draft model in its own process) | auto (the TGS model "
+                    "picks at the engine's batch size)")
+    k_max: int = opt(8, "longest draft window per request")
+    alpha_prior: float = opt(0.5, "per-token acceptance assumed before any observation")
+    gate: bool = opt(True, "fall back to plain decode steps where speculation is predicted or measured slower "
+                     "(false: always speculate, a benchmark baseline)")
+    draft_kv_tokens: int = opt(65536, "KV capacity of the draft model, in tokens")
+    coupled: CoupledSpecConfig = opt(factory=CoupledSpecConfig, help="coupled mode's settings")
+    decoupled: DecoupledSpecConfig = opt(factory=DecoupledSpecConfig, help="decoupled mode's settings")
+
+    def __post_init__(self):
+        # draft:PATH is parsed here, once: everything downstream sees method=draft and draft_model
+        if self.method.startswith("draft:"):
+            object.__setattr__(self, "draft_model", self.method.split(":", 1)[1])
+            object.__setattr__(self, "method", "draft")
+        if self.method not in SPEC_METHODS:
+            raise UserError(f"unknown speculation method '{self.method}' (engine.spec.method); valid: "
+                            f"{', '.join(SPEC_METHODS)} (or draft:PATH)")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch_size: int = opt(256, "most sequences decoded together")
+    kv_cache_tokens: int = opt(262144, "KV capacity in tokens; beyond it requests are preempted (recomputed later)")
+    block_size: int = opt(16, "tokens per KV block")
+    max_model_len: int = opt(0, "context limit, prompt + completion (0: the model's max positions)")
+    max_prefill_tokens: int = opt(8192, "tokens per prefill forward (admission budget)")
+    sampler: str = opt("inverse_cdf", "keyed sampler: inverse_cdf | gumbel (tailrl/engine/keyed.py)")
+    spec: SpecConfig = opt(factory=SpecConfig, help="speculative rollout")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = opt(8, "samples per prompt (G); the first G of a SAGC run")
+    max_new_tokens: int = opt(256, "completion budget per sample")
+    temperature: float = opt(1.0, "sampling temperature (0: greedy)")
+    top_p: float = opt(1.0, "nucleus sampling mass (1: off)")
+    top_k: int = opt(0, "top-k sampling (0: off)")
+    seed: int = opt(0, "sampling seed: every token is keyed by (seed, prompt uid, sample index, position)")
+    stop: tuple[str, ...] = opt((), "stop strings (EOS ids always stop unless ignore_eos)")
+    ignore_eos: bool = opt(False, "keep generating past EOS (up to max_new_tokens)")
+    straggler_tau: float = opt(DEFAULT_TAU, "straggler event: a group's longest response > tau x its median "
+                               "(SAGC's definition)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = opt("", ".jsonl / .json / .parquet file, a local HF `datasets` folder, or reasoning_gym:<task>")
+    format: str = opt("auto", "auto | jsonl | json | parquet | hf_disk | gsm8k | math500 | dapo_math | reasoning_gym")
+    prompt_field: str = opt("prompt", "field holding the question text (format-specific readers know theirs)")
+    messages_field: str = opt("messages", "field holding chat turns, used instead of prompt_field when present")
+    answer_field: str = opt("answer", "ground truth handed to rewards as `answer`")
+    prompt_template: str = opt("{prompt}", "user turn text; {prompt} is the question")
+    system_prompt: str = opt("", "optional system turn")
+    chat_template: bool = opt(True, "apply the tokenizer's chat template (false: plain text)")
+    on_bad_row: str = opt("skip", "skip (and count) | fail")
+    limit: int = opt(0, "keep the first N rows (0: all)")
+    reasoning_gym_size: int = opt(1000, "rows generated for a reasoning_gym:<task> source")
+    reasoning_gym_args: dict = opt(factory=dict, help="the reasoning-gym task's own options (e.g. max_terms: 2)")
+    seed: int = opt(0, "shuffling / generation seed")
+    shuffle: bool = opt(True, "shuffle the prompts each epoch")
+    eval_source: str = opt("", "held-out set for `tailrl eval` and periodic evaluation (same fields and format)")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    functions: tuple[str, ...] = opt(("math",), "registry names (math | gsm8k | boxed | format | think_format | "
+                                     "demo_arith) or module:function / file.py:function")
+    weights: tuple[float, ...] = opt((), "one weight per function (default 1.0 each)")
+    timeout_s: float = opt(10.0, "per call; a timeout scores 0 and is counted")
+    workers: int = opt(0, "reward processes scoring each group as it finishes (0: in-process, one call at a time)")
+
+
+@dataclass(frozen=True)
+class DownsampleConfig:
+    """PODS: generate n rollouts per prompt, train on m of them (tailrl.algo.downsample.DOWNSAMPLE)."""
+
+    rule: str = opt("none", "none | max_variance | max_reward | random")
+    n: int = opt(0, "rollouts generated per prompt; 0 = the group size G (must equal G when set)")
+    m: int = opt(0, "rollouts trained per prompt; 0 = n / ratio")
+    ratio: float = opt(0.0, "n / m when m is 0 (e.g. 4: train on a quarter); follows G under SAGC")
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """`name` picks a preset (ALGORITHM_PRESETS); any field left unset (None) takes the preset's value."""
+
+    name: str = opt("grpo", "grpo | drgrpo | dapo: the preset filling the fields left unset")
+    advantage: str | None = opt(None, "grpo | drgrpo (tailrl.algo.ADVANTAGES)")
+    loss_agg: str | None = opt(None, "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm")
+    eps_low: float | None = opt(None, "PPO clip range below 1")
+    eps_high: float | None = opt(None, "PPO clip range above 1 (DAPO clip-higher: 0.28)")
+    kl_coef: float = opt(0.0, "beta of the k3 KL to a frozen reference (0: no reference model)")
+    ppo_epochs: int = opt(1, "update epochs per rollout batch (ratio vs the training forward's old logprobs)")
+    dynamic_sampling: bool | None = opt(None, "DAPO: drop groups whose rewards have zero std and refill with new "
+                                        "prompts")
+    max_refill_rounds: int = opt(3, "cap on DAPO refill generations per step")
+    overlong_buffer: int | None = opt(None, "DAPO soft overlong penalty over the last N tokens of the budget "
+                                      "(0: off; -1: a quarter of max_new_tokens)")
+    overlong_penalty: float = opt(1.0, "penalty at the budget (a linear ramp over the buffer)")
+    downsample: DownsampleConfig = opt(factory=DownsampleConfig, help="PODS down-sampling")
+
+
+ALGORITHM_PRESETS: dict[str, dict] = {
+    "grpo": dict(advantage="grpo", loss_agg="seq-mean-token-mean", eps_low=0.2, eps_high=0.2,
+                 dynamic_sampling=False, overlong_buffer=0),
+    "drgrpo": dict(advantage="drgrpo", loss_agg="seq-mean-token-sum-norm", eps_low=0.2, eps_high=0.2,
+                   dynamic_sampling=False, overlong_buffer=0),
+    "dapo": dict(advantage="grpo", loss_agg="token-mean", eps_low=0.2, eps_high=0.28, dynamic_sampling=True,
+                 overlong_buffer=-1),  # -1: a quarter of max_new_tokens
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    total_steps: int = opt(10, "training steps")
+    time_budget_s: float = opt(0.0, "also stop once the steps' own time (evaluations excluded) exceeds this (0: off)")
+    prompt_budget: int = opt(0, "also stop once this many prompts have been drawn (SAGC's fixed budget; 0: off)")
+    rollout_batch_size: int = opt(64, "B rollouts per step = P prompts x G samples (G from the controller)")
+    micro_batch_size: int = opt(8, "sequences per training forward/backward (at most)")
+    micro_batch_tokens: int = opt(0, "padded tokens per training forward/backward (0: off): rows sorted by length "
+                                  "and packed so rows x longest row <= this (veRL's use_dynamic_bsz)")
+    lr: float = opt(1e-6, "AdamW learning rate")
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    adam_betas: tuple[float, ...] = opt((0.9, 0.999), "AdamW betas")
+    warmup_steps: int = opt(0, "linear learning-rate warm-up steps")
+    max_grad_norm: float = opt(1.0, "gradient clipping norm")
+    seed: int = opt(0, "torch seed (initialisation of anything random outside sampling)")
+    out_dir: str = opt("runs", "parent folder of run directories")
+    run_name: str = opt("", "run directory name (default: the start time)")
+    save_every: int = opt(0, "checkpoint every N steps (0: only at the end)")
+    keep_checkpoints: int = opt(2, "checkpoints kept (older ones are deleted)")
+    eval_every: int = opt(0, "evaluate on data.eval_source every N steps (0: off)")
+    eval_prompts: int = opt(64, "held-out prompts per evaluation")
+    tensorboard: bool = opt(True, "write TensorBoard event files to <run>/tensorboard")
+    wandb: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
+    wandb_project: str = opt("tailrl", "Weights & Biases project")
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """Group-size controller (tailrl.control). SAGC settings are ignored by the static controller."""
+
+    kind: str = opt("static", "static | sagc")
+    candidates: tuple[int, ...] = opt((4, 8, 16), "SAGC: group sizes it may choose (each must divide B)")
+    delta: float = opt(0.1, "SAGC: target straggler rate")
+    eta: float = opt(0.5, "SAGC: dual ascent step size")
+    gamma: float = opt(0.98, "SAGC: forgetting factor of the discounted Beta posteriors")
+    lambda_max: float = opt(10.0, "SAGC: dual variable cap")
+    seed: int = opt(0, "SAGC: Thompson sampling seed")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = opt(factory=ModelConfig, help="the policy checkpoint, dtype and device")
+    engine: EngineConfig = opt(factory=EngineConfig, help="the rollout engine")
+    rollout: RolloutConfig = opt(factory=RolloutConfig, help="sampling")
+    data: DataConfig = opt(factory=DataConfig, help="the prompt dataset")
+    reward: RewardConfig = opt(factory=RewardConfig, help="verifiable rewards")
+    algo: AlgoConfig = opt(factory=AlgoConfig, help="GRPO / Dr.GRPO / DAPO, PODS")
+    train: TrainConfig = opt(factory=TrainConfig, help="optimisation, budgets, checkpoints, logging")
+    control: ControlConfig = opt(factory=ControlConfig, help="group-size controller (static | SAGC)")
+
+
+# keys that moved when the speculation settings were grouped: a user's old key gets the new name
+MOVED_KEYS = {f"engine.spec.{k}": f"engine.spec.coupled.{k}"
+              for k in ("ngram_min", "ngram_max", "history_per_prompt", "best_of_n", "bon_spare", "ladder")}
+MOVED_KEYS |= {f"engine.spec.{k}": f"engine.spec.decoupled.{k}"
+               for k in ("window", "draft_cores", "verify_cores", "draft_device", "profile", "acceptance",
+                         "reconfigure_every")}
+# the simulator's keys renamed to the training config's names for the same concepts
+MOVED_KEYS |= {"workload.max_len": "workload.max_new_tokens", "control.rollout_batch": "control.rollout_batch_size",
+               "control.tau": "control.straggler_tau", "spec.w_max": "spec.k_max"}

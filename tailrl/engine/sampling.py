@@ -1,0 +1,60 @@
+"""Keyed sampling of engine sequences: the keys and sampling parameters of `Sequence`s turned into the
+pure functions of engine/keyed.py. The engine, every decode strategy and the drafters (in this process
+or the drafter process) sample through these, so a token is drawn with the same key wherever it is drawn.
+
+A key is (seed, prompt uid, sample index, position); each sequence hashes its fixed part once
+(Sequence.key_prefix), so a step hashes positions only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailrl.engine.keyed import keyed_sample_hashed, position_hash
+from tailrl.engine.sequence import Sequence
+
+
+def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
+    """(B, 4) int64 sampling keys (seed, uid, sample index, position); positions default to each
+    sequence's next index. The key's definition (and the tests' oracle); sampling goes through
+    sample_hashes, which hashes the same keys with each sequence's fixed part computed once."""
+    pos = positions if positions is not None else [s.num_generated for s in seqs]
+    return torch.tensor([[s.request.params.seed, s.request.uid, s.sample_index, p] for s, p in zip(seqs, pos)],
+                        dtype=torch.long, device=device)
+
+
+def sample_hashes(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
+    """(B,) int64 hashes of sample_keys(seqs, positions): each sequence's fixed key part is hashed once
+    (Sequence.key_prefix), so a step hashes only the positions. uniform_from_hash of these is the uniform
+    the inverse-CDF sampler draws (drafters that sample with the target's randomness use it)."""
+    pos = positions if positions is not None else [s.num_generated for s in seqs]
+    pp = torch.tensor([[s.key_prefix, p] for s, p in zip(seqs, pos)], dtype=torch.long, device=device)
+    return position_hash(pp[:, 0], pp[:, 1])
+
+
+def row_params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row (temperature (B,), top_k (B,), top_p (B,)) of seqs' sampling parameters, in one transfer."""
+    p = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
+                      for s in seqs], dtype=torch.float64, device=device)
+    return p[:, 0].float(), p[:, 1].long(), p[:, 2].float()
+
+
+def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str):
+    """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
+    parameters: the engine's sampler, shared with drafters that sample in another process."""
+    dev = logits.device
+    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *row_params(seqs, dev), sampler)
+
+
+def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
+    """Keyed samples for consecutive positions of each sequence: logits (sum(counts), V) holds counts[i]
+    rows for seqs[i] at positions num_generated + 0 .. counts[i] - 1 (a verify window). The same keys and
+    parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
+    dev = logits.device
+    c = torch.tensor(counts, device=dev)
+    pp = torch.tensor([[s.key_prefix, s.num_generated] for s in seqs], dtype=torch.long,
+                      device=dev).repeat_interleave(c, 0)  # (N, 2)
+    start = torch.cumsum(c, 0) - c
+    pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
+    temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in row_params(seqs, dev))
+    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler)

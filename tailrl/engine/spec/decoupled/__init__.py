@@ -1,0 +1,1 @@
+"""Decoupled speculation (SpecActor §4.1): a drafter process drafting ahead of the verifier, in lockstep rounds."""

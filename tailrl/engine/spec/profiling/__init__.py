@@ -1,0 +1,1 @@
+"""Offline profiles for speculation: the draft ladder, the TGS model's costs, keyed acceptance."""
