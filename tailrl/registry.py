@@ -54,6 +54,10 @@ class Registry(Generic[T]):
         except KeyError:
             raise UserError(f"unknown {self.setting} '{name}'; valid: {', '.join(self._entries)}") from None
 
+    def remove(self, name: str) -> None:
+        """Unregister `name` (a plugin unloading, a test cleaning up); absent names are ignored."""
+        self._entries.pop(name, None)
+
     def names(self) -> list[str]:
         return list(self._entries)
 

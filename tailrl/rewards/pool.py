@@ -368,7 +368,7 @@ def _imports(functions: Sequence[str]) -> list[str]:
     `@register`) is registered there too; a name registered by the script being run cannot be."""
     modules = []
     for spec in functions:
-        fn = REWARDS.get(spec.strip())
+        fn = REWARDS[spec.strip()] if spec.strip() in REWARDS else None
         if fn is None:
             continue  # module:function or file.py:function, or unknown: the worker resolves and reports it
         module = getattr(fn, "__module__", None) or ""

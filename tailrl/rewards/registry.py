@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tailrl.registry import Registry
+
 __all__ = ["REWARDS", "RewardFn", "register"]
 
 
@@ -23,23 +25,12 @@ class RewardFn(Protocol):
     def __call__(self, prompt: str, completion: str, **row: Any) -> float | dict[str, Any]: ...
 
 
-REWARDS: dict[str, RewardFn] = {}
+REWARDS: Registry[RewardFn] = Registry("reward.functions")
 
 
 def register(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Decorator: add `fn` to REWARDS under `name` (a second, different function under one name is a bug)."""
-
-    def add(fn: RewardFn) -> RewardFn:
-        if ":" in name:
-            raise ValueError(f"reward name {name!r} must not contain ':' (reserved for module:function)")
-        old = REWARDS.get(name, fn)
-        if old is not fn and _key(old) != _key(fn):  # same key = a module reload, allowed
-            raise ValueError(f"reward {name!r} is already registered to {REWARDS[name]!r}")
-        REWARDS[name] = fn
-        return fn
-
-    return add
-
-
-def _key(fn: Any) -> tuple[str, str]:
-    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
+    """Decorator: add `fn` to REWARDS under `name` (a second, different function under one name is a bug;
+    the same function again, as on a module reload, is fine)."""
+    if ":" in name:
+        raise ValueError(f"reward name {name!r} must not contain ':' (reserved for module:function)")
+    return REWARDS.register(name)

@@ -25,7 +25,7 @@ def registered():
 
     yield add
     for name in added:
-        REWARDS.pop(name, None)
+        REWARDS.remove(name)
 
 
 def test_weights_and_components():
