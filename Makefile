@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check tailrl tests benchmarks
 
 bench-engine: $(STAMP)
-	$(PY) benchmarks/engine_vs_hf.py
+	$(VENV)/bin/tailrl bench engine
 
 clean-venv:
 	rm -rf $(VENV)

@@ -3,6 +3,8 @@ arguments in one line and hands over to tailrl/bench/<name>.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tailrl.errors import UserError
 
 
@@ -70,6 +72,36 @@ def add(sub) -> None:
     q.add_argument("--no-calibration", action="store_true")
     q.add_argument("--no-replay", action="store_true")
     q.add_argument("--out-dir", default="runs/bench-sim")
+    q = bs.add_parser("engine", help="decode ms/step, kernels and syncs per step, HBM roofline per model shape and "
+                      "batch; keyed sampling vs the LM head; the long-tailed workload vs HF generate")
+    q.set_defaults(run=engine)
+    q.add_argument("--shapes", nargs="+", default=None, choices=["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"],
+                   help="model shapes (random weights); default: all three on CUDA, smollm2-135m on a CPU")
+    q.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
+    q.add_argument("--context", type=int, default=None, help="tokens per sequence (default 512 on CUDA, 128 on CPU)")
+    q.add_argument("--steps", type=int, default=None, help="timed steps per batch (default 20 on CUDA, 5 on CPU)")
+    q.add_argument("--warmup", type=int, default=3)
+    q.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
+    q.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, float32 on CPU")
+    q.add_argument("--no-tail", action="store_true", help="skip the long-tailed workload vs HF generate")
+    q.add_argument("--tail-batch", type=int, default=64)
+    q.add_argument("--tail-max-len", type=int, default=1024)
+    q.add_argument("--tail-median", type=float, default=64.0)
+    q.add_argument("--tail-shape", default=None, help="model shape of the long-tailed workload (default: "
+                   "smollm2-135m on CUDA, the small 4-layer shape on a CPU)")
+    q.add_argument("--repeat", type=int, default=1, help="long-tailed runs per system (fastest kept)")
+    q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine options for every run, e.g. --engine attention=torch --engine cuda_graphs=false")
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    q.add_argument("--out-dir", default="runs/bench-engine")
+    q = bs.add_parser("rewards", help="sequential in-process scoring vs the streaming reward pool overlapping "
+                      "the rollout's tail (math-verify, mostly wrong answers)")
+    q.set_defaults(run=rewards)
+    q.add_argument("--batch", type=int, default=512)
+    q.add_argument("--workers", type=int, default=2)
+    q.add_argument("--group", type=int, default=8)
+    q.add_argument("--max-new-tokens", type=int, default=512)
+    q.add_argument("--out-dir", default="runs/bench-rewards")
 
 
 def pods(a) -> int:
@@ -148,3 +180,41 @@ def sim(a) -> int:
         raise UserError("--replay-steps must be >= 1")
     print(run_sim_bench(a.out_dir, a.replay_steps, a.trace, a.profile, not a.no_calibration, not a.no_replay))
     return 0
+
+
+def engine(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    import torch
+
+    from tailrl.bench.engine import run_engine_bench
+    from tailrl.config import EngineConfig, load_config, to_dict
+
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        raise UserError("--device cuda: this machine has no CUDA device")
+    if min(a.batches) < 1 or a.warmup < 0 or a.repeat < 1 or a.tail_batch < 1 or a.tail_max_len < 8:
+        raise UserError("need batch sizes >= 1, --warmup >= 0, --repeat >= 1, --tail-batch >= 1, --tail-max-len >= 8")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = load_config(None, a.engine, cls=EngineConfig)  # checks the keys and types
+    base = to_dict(EngineConfig())
+    overrides = {k: v for k, v in to_dict(cfg).items() if v != base[k]}
+    run_engine_bench(a.out_dir, a.shapes or (["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["smollm2-135m"]),
+                     a.batches, a.context or (512 if cuda else 128), a.steps or (20 if cuda else 5), a.warmup, device,
+                     a.dtype or ("bfloat16" if cuda else "float32"), not a.no_tail, a.tail_batch, a.tail_max_len,
+                     a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), a.repeat, overrides)
+    print((Path(a.out_dir) / "summary.md").read_text())
+    return 0
+
+
+def rewards(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    from tailrl.bench.rewards import run_rewards_bench
+
+    if a.batch < 1 or a.workers < 1 or a.group < 1 or a.batch % a.group or a.max_new_tokens < 8:
+        raise UserError("need --batch a multiple of --group >= 1, --workers >= 1, --max-new-tokens >= 8")
+    run_rewards_bench(a.out_dir, batch=a.batch, workers=a.workers, group=a.group, max_new_tokens=a.max_new_tokens)
+    print((Path(a.out_dir) / "summary.md").read_text())
+    return 0
+

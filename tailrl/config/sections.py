@@ -83,7 +83,17 @@ class EngineConfig:
     block_size: int = opt(16, "tokens per KV block")
     max_model_len: int = opt(0, "context limit, prompt + completion (0: the model's max positions)")
     max_prefill_tokens: int = opt(8192, "tokens per prefill forward (admission budget)")
-    sampler: str = opt("inverse_cdf", "keyed sampler: inverse_cdf | gumbel (tailrl/engine/keyed.py)")
+    sampler: str = opt("blocked", "keyed sampler (tailrl/engine/keyed.py): blocked (inverse CDF in fp32 by blocks, "
+                       "no host sync) | inverse_cdf (float64 over the vocabulary) | gumbel")
+    attention: str = opt("auto", "auto (triton on CUDA when Triton is installed, else torch) | torch (dense gather "
+                         "+ SDPA, the oracle) | triton (paged kernels, fused norm / rotary / SiLU*mul)")
+    static_decode: bool | None = opt(None, "decode steps on static per-bucket buffers with keyed sampling inside "
+                                     "(needs attention=triton; unset: on with cuda_graphs)")
+    cuda_graphs: bool | None = opt(None, "capture each bucket's static decode step as a CUDA graph and replay it "
+                                   "(unset: on with CUDA and attention=triton)")
+    gpu_memory_utilization: float = opt(0.9, "on CUDA, the share of the device's memory the KV pool may bring "
+                                        "the process up to (the pool is sized from free memory, capped by "
+                                        "kv_cache_tokens)")
     spec: SpecConfig = opt(factory=SpecConfig, help="speculative rollout")
 
 

@@ -21,6 +21,7 @@ import torch
 
 from tailrl.config import EngineConfig
 from tailrl.engine.clock import Clock
+from tailrl.engine.execution import kv_pool_tokens, resolve_execution
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.probe import time_forward
 from tailrl.engine.request import Request, Rollout
@@ -29,6 +30,7 @@ from tailrl.engine.sampling import sample_rows, sample_windows
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.spec.modes import build_strategy
+from tailrl.engine.static_step import StaticStep
 from tailrl.engine.stops import finish_reason
 from tailrl.engine.strategy import DecodeStrategy
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
@@ -42,8 +44,12 @@ class Engine:
         self.model = model
         self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
-        self.cache = PagedKVCache(model, config.kv_cache_tokens, config.block_size)
-        self.runner = ModelRunner(model, self.cache)
+        device = next(model.parameters()).device
+        self.execution = ex = resolve_execution(config, device)  # attention backend, static steps, graphs
+        self.cache = PagedKVCache(model, kv_pool_tokens(config, model, device, self.max_model_len), config.block_size,
+                                  grow=ex.grow_pool)
+        self.runner = ModelRunner(model, self.cache, ex.attention)
+        self.static = StaticStep(self, ex.graphs) if ex.static else None
         self.scheduler = Scheduler(self.cache, config.max_batch_size, config.max_prefill_tokens)
         self.eos_ids = frozenset(eos_ids) or frozenset(model.args.eos_token_ids)
         self.detokenize = detokenize
@@ -154,12 +160,17 @@ class Engine:
                                    tree_mask=tree_mask, tree_depth=tree_depth, logits_rows=logits_rows)
 
     def decode_step(self, ready: list[Sequence]) -> None:
-        """A plain decode step: one forward over each sequence's pending tokens, one keyed sample each."""
+        """A plain decode step: one forward over each sequence's pending tokens, one keyed sample each (on
+        static buffers, a CUDA graph on CUDA, when engine.static_decode is on)."""
         t0 = self.now()
-        logits = self.forward(ready, [s.tokens[s.num_cached:] for s in ready])
-        for s in ready:
+        if self.static is not None and self.static.fits(ready):
+            tokens, logps = self.static.step(ready)
+        else:
+            logits = self.forward(ready, [s.tokens[s.num_cached:] for s in ready])
+            tokens, logps = self._sample_lists(ready, logits)
+        for s, t, lp in zip(ready, tokens, logps):
             s.num_cached = len(s.tokens)
-        self._sample_and_advance(ready, logits)
+            self._advance(s, t, lp)
         self.record("decode", t0, len(ready), len(ready), len(ready))
 
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
@@ -196,9 +207,14 @@ class Engine:
             self._finish(seq, reason)
         return reason is not None
 
-    def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+    def _sample_lists(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Keyed samples of logits (B, V) as host lists, tokens and logprobs in one device-to-host copy."""
         tokens, logps = self.sample(seqs, logits)
-        for s, t, lp in zip(seqs, tokens.tolist(), logps.tolist()):
+        both = torch.stack([tokens.double(), logps.double()], dim=1).cpu()
+        return both[:, 0].long().tolist(), both[:, 1].tolist()
+
+    def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        for s, t, lp in zip(seqs, *self._sample_lists(seqs, logits)):
             self._advance(s, t, lp)
 
     def rollback(self, seq: Sequence, num_generated: int) -> None:

@@ -9,6 +9,10 @@ handed to the model as-is; a token at position p of a sequence lives in slot
 - truncate (rollback of rejected tokens): forget positions >= n and free whole blocks past them — O(1)
   per freed block, no tensor work;
 - free: return a sequence's blocks; allocation failure is reported (the scheduler preempts), never raised.
+
+Capacity is `num_blocks`. With `grow` (the CPU) the tensor starts small and doubles on demand up to it,
+so a short job does not pay for a pool it never uses; block ids never change when it grows. Without
+(CUDA: captured graphs hold the pool's address) the whole pool is allocated at once.
 """
 
 from __future__ import annotations
@@ -20,29 +24,50 @@ class OutOfBlocks(Exception):
     """No free KV block; the scheduler answers by preempting a sequence (recompute later)."""
 
 
+GROW_FROM_TOKENS = 4096  # a growing pool's first allocation
+
+
 class PagedKVCache:
-    def __init__(self, model, num_tokens: int, block_size: int, dtype=None, device=None):
+    def __init__(self, model, num_tokens: int, block_size: int, dtype=None, device=None, grow: bool = False):
         self.block_size = block_size
-        self.num_blocks = max(1, num_tokens // block_size)
-        self.kv = model.new_kv_cache(self.num_blocks * block_size, dtype=dtype, device=device)
-        self.refcount = [0] * self.num_blocks
-        self.free_blocks = list(range(self.num_blocks - 1, -1, -1))  # pop() gives low ids first
+        self.num_blocks = max(1, num_tokens // block_size)  # capacity
+        self._model = model  # makes the larger pool when it grows
+        first = min(self.num_blocks, -(-GROW_FROM_TOKENS // block_size)) if grow else self.num_blocks
+        self.kv = model.new_kv_cache(first * block_size, dtype=dtype, device=device)
+        self.refcount = [0] * first
+        self.free_blocks = list(range(first - 1, -1, -1))  # pop() gives low ids first
         self.tables: dict[int, list[int]] = {}  # seq id -> block ids
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
+    def allocated_blocks(self) -> int:
+        return len(self.refcount)
+
+    @property
     def num_free(self) -> int:
-        return len(self.free_blocks)
+        return len(self.free_blocks) + self.num_blocks - self.allocated_blocks
 
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)
 
     def _alloc(self) -> int:
         if not self.free_blocks:
-            raise OutOfBlocks
+            if self.allocated_blocks >= self.num_blocks:
+                raise OutOfBlocks
+            self._grow()
         b = self.free_blocks.pop()
         self.refcount[b] = 1
         return b
+
+    def _grow(self) -> None:
+        """Double the allocated pool (up to capacity); existing blocks keep their ids and contents."""
+        old = self.allocated_blocks
+        new = min(self.num_blocks, 2 * old)
+        kv = self._model.new_kv_cache(new * self.block_size, dtype=self.kv.dtype, device=self.kv.device)
+        kv[:, :, : old * self.block_size].copy_(self.kv)
+        self.kv = kv
+        self.refcount += [0] * (new - old)
+        self.free_blocks = list(range(new - 1, old - 1, -1)) + self.free_blocks
 
     def _release(self, b: int) -> None:
         self.refcount[b] -= 1

@@ -1,9 +1,13 @@
 """Model runner: turns rows of new tokens into one padded forward over the paged cache.
 
-Execution only: it builds `AttnMetadata` from block tables and calls the model; which rows run, and
-what is done with the logits, is the scheduler's and the engine's business. A row is
+Execution only: it builds the attention metadata from block tables and calls the model; which rows run,
+and what is done with the logits, is the scheduler's and the engine's business. A row is
 (seq id, start position, new token ids): prefill (start 0, whole prompt), decode (one token),
 speculative verify ([last, d1..dk]) and recompute after preemption all take this one path.
+
+Backends (engine.attention): `torch` builds `AttnMetadata` (a dense gather of each row's context and a
+mask: the oracle), `triton` builds `PagedMetadata` for the paged kernels. Token-tree rows (Best-of-N
+verification) always take the dense path: the paged kernel is causal only.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from tailrl.engine.kv_cache import PagedKVCache
-from tailrl.model.attention import AttnMetadata
+from tailrl.model.attention import AttnMetadata, PagedMetadata
 
 
 def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
@@ -68,10 +72,32 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
     return meta, positions.to(device)
 
 
+def build_paged_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
+                         device, sliding_window: int | None = None) -> tuple[PagedMetadata, torch.Tensor]:
+    """PagedMetadata for B rows, row b writing `lengths[b]` new tokens at positions starts[b]...
+    Returns (metadata, rotary positions (B, T) int64; 0 on padding)."""
+    T = max(lengths)
+    nb = max(1, max(len(t) for t in tables))
+    bt = torch.tensor([t + [0] * (nb - len(t)) for t in tables], dtype=torch.int64)  # (B, nb)
+    start = torch.tensor(starts, dtype=torch.int64)
+    n_new = torch.tensor(lengths, dtype=torch.int64)
+    t_idx = torch.arange(T)
+    pos = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T)
+    valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)
+    slot = bt.gather(1, (pos // block_size).clamp(max=nb - 1)) * block_size + pos % block_size
+    fresh = not any(starts) and (sliding_window is None or T <= sliding_window)
+    meta = PagedMetadata(block_tables=bt.to(torch.int32).to(device), starts=start.to(torch.int32).to(device),
+                         q_lens=n_new.to(torch.int32).to(device),
+                         slot_mapping=torch.where(valid, slot, -1).reshape(-1).to(device), block_size=block_size,
+                         causal_prefill=fresh)
+    return meta, torch.where(valid, pos, 0).to(device)
+
+
 class ModelRunner:
-    def __init__(self, model, cache: PagedKVCache):
+    def __init__(self, model, cache: PagedKVCache, attention: str = "torch"):
         self.model = model
         self.cache = cache
+        self.attention = attention  # torch | triton (resolved by the engine)
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
@@ -85,8 +111,12 @@ class ModelRunner:
         T = max(lengths)
         ids = torch.tensor([t + [0] * (T - len(t)) for t in tokens], dtype=torch.long)  # (B, T)
         tables = [self.cache.tables[s] for s in seq_ids]
-        meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
-                                         self.model.args.sliding_window, tree_mask, tree_depth)
+        if self.attention == "triton" and tree_mask is None:
+            meta, positions = build_paged_metadata(tables, starts, lengths, self.cache.block_size, self.device,
+                                                   self.model.args.sliding_window)
+        else:
+            meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
+                                             self.model.args.sliding_window, tree_mask, tree_depth)
         if logits_rows is None:
             rows = [[n - 1] for n in lengths]  # each row's last new token
         else:

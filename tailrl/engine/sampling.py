@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from tailrl.engine.keyed import keyed_sample_hashed, position_hash
+from tailrl.engine.keyed import Flags, host_flags, keyed_sample_hashed, position_hash
 from tailrl.engine.sequence import Sequence
 
 
@@ -32,6 +32,12 @@ def sample_hashes(seqs: list[Sequence], positions: list[int] | None = None, devi
     return position_hash(pp[:, 0], pp[:, 1])
 
 
+def seq_flags(seqs: list[Sequence]) -> Flags:
+    """(any top-k, any top-p, any greedy) of seqs' sampling parameters, read on the host (no device sync)."""
+    params = [s.request.params for s in seqs]
+    return host_flags([p.temperature for p in params], [p.top_k for p in params], [p.top_p for p in params])
+
+
 def row_params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row (temperature (B,), top_k (B,), top_p (B,)) of seqs' sampling parameters, in one transfer."""
     p = torch.tensor([[s.request.params.temperature, s.request.params.top_k, s.request.params.top_p]
@@ -43,7 +49,8 @@ def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int]
     """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
     parameters: the engine's sampler, shared with drafters that sample in another process."""
     dev = logits.device
-    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *row_params(seqs, dev), sampler)
+    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *row_params(seqs, dev), sampler,
+                               seq_flags(seqs))
 
 
 def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
@@ -57,4 +64,4 @@ def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int]
     start = torch.cumsum(c, 0) - c
     pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
     temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in row_params(seqs, dev))
-    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler)
+    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler, seq_flags(seqs))

@@ -22,7 +22,7 @@ class Scheduler:
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
+        self.running: list[Sequence] = []  # in admission order (admitted_at increasing): no per-step sort
         self.preemptions = 0
         self._admissions = 0
 
@@ -83,7 +83,7 @@ class Scheduler:
         impossible: list[Sequence] = []
         preempted: set[int] = set()
         cache = self.cache
-        for seq in sorted(self.running, key=lambda s: s.admitted_at):
+        for seq in list(self.running):  # oldest first: the newest are preempted to make room
             n = seq.pending
             if cache.writable(seq.seq_id, seq.num_cached, n):
                 continue  # its blocks already hold the next tokens (most decode steps)

@@ -72,6 +72,7 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
         raise ValueError("store_kv: the pools must be contiguous")
     if N == 0:
         return
+    slot_mapping = slot_mapping.contiguous()  # the kernel indexes it as a dense (N,) array
     if k.stride(2) != 1:
         k = k.contiguous()
     if v.stride(2) != 1:

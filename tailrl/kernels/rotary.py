@@ -74,6 +74,7 @@ def apply_rotary(q: torch.Tensor, k: torch.Tensor, cache: torch.Tensor,
     if k.stride(2) != 1:
         k = k.contiguous()
     cache = cache.contiguous()
+    positions = positions.contiguous()  # the kernel indexes it as a dense (N,) array
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if N:

@@ -1,10 +1,15 @@
 """Attention over either the plain causal window (training, oracle tests) or the paged KV cache (rollout).
 
 The cache is one tensor per model, `kv_cache: (2, num_layers, num_slots, kv_heads, head_dim)`, indexed by
-flat *slots*. The engine decides which slots a request owns; the model only follows `AttnMetadata`:
-write new keys/values to `write_slots`, read the keys of `context_slots`, apply `mask`. That is enough
-for prefill, decode, multi-token speculative verification (a token tree is just a mask) and rollback
-(the engine forgets slots; nothing here changes).
+flat *slots*. The engine decides which slots a request owns; the model only follows explicit metadata:
+
+- `AttnMetadata` (engine.attention=torch, the oracle): write new keys/values to `write_slots`, read the
+  keys of `context_slots`, apply `mask`. Enough for prefill, decode, multi-token speculative verification
+  (a token tree is just a mask) and rollback (the engine forgets slots; nothing here changes).
+- `PagedMetadata` (engine.attention=triton): block tables, per-row start and new-token count, slot of
+  every new token; the Triton store-KV and paged-attention kernels read the pools directly (no dense
+  gather, no mask). A fresh-prompt prefill may run causal SDPA over the new tokens instead. Shapes are
+  fixed by the batch bucket, so a decode step over it can be captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tailrl import kernels
 from tailrl.model.layers import (
     NO_TP,
     ColumnParallelLinear,
@@ -40,6 +46,28 @@ class AttnMetadata:
     write_slots: torch.Tensor
     context_slots: torch.Tensor
     mask: torch.Tensor
+
+
+@dataclass
+class PagedMetadata:
+    """Metadata of a paged forward over a padded (B, T) block of new tokens (the Triton kernels' view).
+
+    block_tables:  (B, max_blocks) int32 block ids per row (position p lives in slot
+                   block_tables[b, p // block_size] * block_size + p % block_size)
+    starts:        (B,) int32 tokens already cached per row (the first new token's position)
+    q_lens:        (B,) int32 real new tokens per row (0: a padding row)
+    slot_mapping:  (B * T,) int64 cache slot of every new token, -1 for padding
+    block_size:    tokens per block
+    causal_prefill: every row starts at 0 (a fresh prompt): attend with causal SDPA over the new tokens
+                   (flash where available) instead of the paged kernel
+    """
+
+    block_tables: torch.Tensor
+    starts: torch.Tensor
+    q_lens: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_size: int
+    causal_prefill: bool = False
 
 
 def sliding_causal_mask(T: int, window: int, device) -> torch.Tensor:
@@ -71,10 +99,13 @@ class Attention(nn.Module):
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        attn: AttnMetadata | None = None,
+        attn: AttnMetadata | PagedMetadata | None = None,
         kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """x: (B, T, hidden) -> (B, T, hidden). kv: this layer's (k_pool, v_pool), each (slots, n_kv, D)."""
+        """x: (B, T, hidden) -> (B, T, hidden). kv: this layer's (k_pool, v_pool), each (slots, n_kv, D).
+        With PagedMetadata, cos is the rotary table (max_positions, D) and sin the positions (B, T)."""
+        if isinstance(attn, PagedMetadata):
+            return self._paged(x, cos, sin, attn, kv)
         B, T, _ = x.shape
         hd = self.head_dim
         q, k, v = self.qkv_proj(x).split([self.n_heads * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
@@ -107,3 +138,28 @@ class Attention(nn.Module):
             o = F.scaled_dot_product_attention(q, k_ctx, v_ctx, attn_mask=attn.mask, enable_gqa=True)
         o = o.transpose(1, 2).reshape(B, T, self.n_heads * hd)
         return self.o_proj(o)
+
+    def _paged(self, x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor, attn: PagedMetadata,
+               kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The Triton path: x (B, T, hidden), table (max_positions, D) [cos | sin], positions (B, T)."""
+        B, T, _ = x.shape
+        hd = self.head_dim
+        q, k, v = self.qkv_proj(x).split([self.n_heads * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
+        q = q.reshape(B * T, self.n_heads, hd)
+        k = k.reshape(B * T, self.n_kv, hd)
+        v = v.reshape(B * T, self.n_kv, hd)
+        if self.q_norm is not None:
+            q = kernels.rms_norm(q, self.q_norm.weight, self.q_norm.eps)
+            k = kernels.rms_norm(k, self.k_norm.weight, self.k_norm.eps)
+        q, k = kernels.apply_rotary(q, k, table, positions.reshape(-1))
+        k_pool, v_pool = kv
+        kernels.store_kv(k, v, k_pool, v_pool, attn.slot_mapping)
+        if attn.causal_prefill:  # right-padded fresh prompts: a real query never sees a padding key
+            qt, kt, vt = (t.view(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
+            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=T > 1, enable_gqa=True).transpose(1, 2)
+        else:
+            o = kernels.paged_attention(q.view(B, T, self.n_heads, hd), k_pool, v_pool, attn.block_tables,
+                                        attn.starts, attn.q_lens, attn.block_size, hd ** -0.5,
+                                        self.sliding_window or 0)  # (B, T, H, D)
+        return self.o_proj(o.reshape(B, T, self.n_heads * hd))
+

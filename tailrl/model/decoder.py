@@ -2,6 +2,10 @@
 
     logits = model(input_ids)                                   # (B, T) -> (B, T, V), plain causal
     logits = model(ids, positions, attn=meta, kv_cache=cache)   # cached path driven by the engine
+
+With PagedMetadata (engine.attention=triton) every layer runs the Triton kernels: the residual stream is
+carried beside the hidden state so each RMSNorm is fused with the residual add (vLLM's layout), rotary
+reads a cached cos/sin table, the MLP's SiLU*mul is one kernel. Inference only (no autograd through it).
 """
 
 from __future__ import annotations
@@ -10,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tailrl import kernels
 from tailrl.model.args import ModelArgs
-from tailrl.model.attention import Attention, AttnMetadata
+from tailrl.model.attention import Attention, AttnMetadata, PagedMetadata
 from tailrl.model.layers import (
     NO_TP,
     ColumnParallelLinear,
@@ -48,6 +53,19 @@ class DecoderLayer(nn.Module):
     def forward(self, h, cos, sin, attn=None, kv=None):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, attn, kv)
         return h + self.mlp(self.post_attention_layernorm(h))
+
+    def forward_fused(self, h: torch.Tensor, residual: torch.Tensor | None, table: torch.Tensor,
+                      positions: torch.Tensor, attn: PagedMetadata, kv) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Triton path: (h, residual) (B, T, hidden) each -> this layer's (output, residual); the sum
+        output + residual is the residual stream forward() returns."""
+        n1, n2 = self.input_layernorm, self.post_attention_layernorm
+        if residual is None:
+            x, residual = kernels.rms_norm(h, n1.weight, n1.eps), h
+        else:
+            x, residual = kernels.rms_norm(h, n1.weight, n1.eps, residual=residual)
+        a = self.self_attn(x, table, positions, attn, kv)
+        x, residual = kernels.rms_norm(a, n2.weight, n2.eps, residual=residual)
+        return self.mlp.down_proj(kernels.silu_mul(self.mlp.gate_up_proj(x))), residual
 
 
 class CausalLM(nn.Module):
@@ -89,11 +107,18 @@ class CausalLM(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         h = self.embed_tokens(input_ids)  # (B, T, hidden)
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)
-        for i, layer in enumerate(self.layers):
-            kv = (kv_cache[0, i], kv_cache[1, i]) if attn is not None else None
-            h = layer(h, cos, sin, attn, kv)
-        h = self.norm(h)
+        if isinstance(attn, PagedMetadata):
+            table = self.rotary.table(self.args.max_position_embeddings, h.dtype, h.device)  # (P, D)
+            residual = None
+            for i, layer in enumerate(self.layers):
+                h, residual = layer.forward_fused(h, residual, table, positions, attn, (kv_cache[0, i], kv_cache[1, i]))
+            h, _ = kernels.rms_norm(h, self.norm.weight, self.norm.eps, residual=residual)
+        else:
+            cos, sin = self.rotary.cos_sin(positions, h.dtype)
+            for i, layer in enumerate(self.layers):
+                kv = (kv_cache[0, i], kv_cache[1, i]) if attn is not None else None
+                h = layer(h, cos, sin, attn, kv)
+            h = self.norm(h)
         if logits_index is not None:
             h = h.gather(1, logits_index.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, K, hidden)
         return self.lm_head(h)

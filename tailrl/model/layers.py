@@ -75,6 +75,17 @@ class Rotary(nn.Module):
         super().__init__()
         # kept out of the module's buffers so model.to(bfloat16) never rounds the frequencies
         self.inv_freq = rope_inv_freq(head_dim, theta, scaling)
+        self._tables: dict[tuple, torch.Tensor] = {}
+
+    def table(self, max_positions: int, dtype: torch.dtype, device) -> torch.Tensor:
+        """(max_positions, head_dim) [cos | sin] halves of every position, built once per dtype and device
+        (the fused rotary kernel's cache: a decode step reads it instead of computing cos and sin)."""
+        key = (max_positions, dtype, str(device))
+        if key not in self._tables:
+            from tailrl.kernels import rotary_cache  # lazy: Triton's kernels only on the engine's Triton path
+
+            self._tables[key] = rotary_cache(self.inv_freq.to(device), max_positions, dtype)
+        return self._tables[key]
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: (B, T) int -> cos, sin: (B, 1, T, head_dim) in `dtype`."""

@@ -82,6 +82,7 @@ class ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec("smollm2-135m", 30, 576, 9, 3, 1536, 49152, tied_embeddings=True),
     "llama3.1-8b": ModelSpec("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256),
     "llama3.1-70b": ModelSpec("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256),
     "qwen2.5-0.5b": ModelSpec("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied_embeddings=True),

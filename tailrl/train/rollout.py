@@ -1,6 +1,9 @@
 """The rollout phase of one step: prompts -> engine -> rewards -> groups -> shaping (with DAPO refills).
 
-Groups (train/groups.py) carry everything later stages need; no loose dicts cross into the update.
+Rewards stream: a group goes to the scorer (rewards/: in-process, or the reward.workers pool) the moment
+its last sample finishes, so with a pool the groups that finish early are scored while the tail is still
+decoding; after the rollout only the tail's scoring is left (`timing_s/reward`). Groups
+(train/groups.py) carry everything later stages need; no loose dicts cross into the update.
 """
 
 from __future__ import annotations
@@ -36,29 +39,36 @@ class RolloutWorker:
         self.draws = 0  # prompts drawn so far: each draw gets a fresh sampling uid
 
     def generate_groups(self, examples: list, group_size: int) -> tuple[list[Group], RolloutTrace, float, int, int]:
-        requests, prompt_ids = [], []
+        requests, prompt_ids, by_uid = [], [], {}
         for ex in examples:
             ids = self.encode(ex)
             prompt_ids.append(ids)
             requests.append(Request(ids, uid=self.draws, n=group_size, params=self.params))
+            by_uid[self.draws] = ex
             self.draws += 1
-        rollouts, trace = self.engine.generate(requests)
-        by_uid: dict[int, list[Rollout]] = {}
-        for r in rollouts:
-            by_uid.setdefault(r.uid, []).append(r)
+        finished: dict[int, list[Rollout]] = {}
+        submitted: dict[int, tuple[list[Rollout], list[str], int]] = {}  # uid -> (rollouts, texts, ticket)
+
+        def on_finish(r: Rollout) -> None:  # error rollouts finish too, so every group completes
+            done = finished.setdefault(r.uid, [])
+            done.append(r)
+            if len(done) == group_size:
+                rs = sorted(done, key=lambda x: x.sample_index)
+                texts = [self.tokenizer.decode(x.token_ids, skip_special_tokens=True) for x in rs]
+                ex = by_uid[r.uid]
+                submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
+
+        _, trace = self.engine.generate(requests, on_finish=on_finish)
         t0 = time.perf_counter()
-        texts = [self.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in rollouts]
-        flat_ex = [ex for ex in examples for _ in range(group_size)]  # rollouts come sorted by (uid, sample)
-        batch = self.reward.score([ex.prompt for ex in flat_ex], texts, [ex.row for ex in flat_ex])
+        scored = [self.reward.result(submitted[q.uid][2]) for q in requests]  # what the tail left to score
         reward_s = time.perf_counter() - t0
-        groups, i = [], 0
-        for q, ex, ids in zip(requests, examples, prompt_ids):
-            rs = sorted(by_uid[q.uid], key=lambda r: r.sample_index)
-            sl = slice(i, i + len(rs))
-            comps = {k: v[sl] for k, v in batch.components.items()}
-            groups.append(Group(ex, ids, rs, texts[sl], list(batch.scores[sl]), comps))
-            i += len(rs)
-        return groups, trace, reward_s, batch.errors, batch.timeouts
+        names = list(dict.fromkeys(k for b in scored for k in b.components))  # extras: 0.0 where unreported
+        groups = []
+        for q, ex, ids, batch in zip(requests, examples, prompt_ids, scored):
+            rs, texts, _ = submitted[q.uid]
+            comps = {k: batch.components.get(k, [0.0] * len(rs)) for k in names}
+            groups.append(Group(ex, ids, rs, texts, list(batch.scores), comps))
+        return (groups, trace, reward_s, sum(b.errors for b in scored), sum(b.timeouts for b in scored))
 
     def step(self, num_prompts: int, group_size: int, shaper: Shaper, max_refill_rounds: int) -> RolloutPhase:
         """Generate P groups and shape them; while the shaper drops groups (DAPO) and refills are asked

@@ -243,6 +243,7 @@ class Trainer:
                     self.save()
         finally:
             self.logger.close()
+            self.reward.close()  # a reward pool's worker processes
         (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx, "checkpoint": str(self.last_checkpoint)}))
         return history
 

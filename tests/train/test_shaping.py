@@ -12,7 +12,7 @@ import torch
 
 from tailrl.config import AlgoConfig, DownsampleConfig
 from tailrl.engine import Rollout, RolloutTrace, SamplingParams
-from tailrl.rewards import RewardBatch
+from tailrl.rewards import RewardBatch, Scorer
 from tailrl.train.groups import Group
 from tailrl.train.recipe import resolve_algo
 from tailrl.train.rollout import RolloutWorker
@@ -67,17 +67,26 @@ def test_presets_pick_the_steps():
 class _Engine:
     """Every request's samples get lengths 1..n; generate() is all the worker needs."""
 
-    def generate(self, requests):
+    def generate(self, requests, on_finish):
         outs = [Rollout(q.uid, i, q.prompt_ids, [7] * (i + 1), [0.0] * (i + 1), "stop")
                 for q in requests for i in range(q.n)]
+        for o in reversed(outs):  # any finishing order
+            on_finish(o)
         return outs, RolloutTrace()
 
 
-class _Reward:
+class _Reward(Scorer):
     """A prompt's samples all score 1 when its uid is even (zero variance), else 0, 1, 0, 1, ..."""
 
-    def score(self, prompts, completions, rows):
-        s = [1.0 if row["uid"] % 2 == 0 else float(i % 2) for i, row in enumerate(rows)]
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, prompts, completions, rows):
+        self.jobs.append(rows)
+        return len(self.jobs) - 1
+
+    def result(self, ticket):
+        s = [1.0 if row["uid"] % 2 == 0 else float(i % 2) for i, row in enumerate(self.jobs[ticket])]
         return RewardBatch(s, {"r": s}, 0, 0)
 
 
@@ -109,3 +118,25 @@ def test_without_refills_one_round_only():
     phase = worker.step(4, 2, Shaper([]), max_refill_rounds=3)
     assert len(phase.groups) == 4 and len(phase.traces) == 1 and worker.draws == 4
     assert torch.tensor([len(g.rollouts) for g in phase.groups]).eq(2).all()
+
+
+def test_groups_are_scored_as_they_finish_not_after_the_rollout():
+    """Streaming rewards: each group is submitted from inside generate(), as its last sample finishes."""
+    events = []
+
+    class Engine(_Engine):
+        def generate(self, requests, on_finish):
+            out = super().generate(requests, on_finish)
+            events.append("rollout done")
+            return out
+
+    class Reward(_Reward):
+        def submit(self, prompts, completions, rows):
+            events.append(f"submit {rows[0]['uid']}")
+            return super().submit(prompts, completions, rows)
+
+    tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "x")
+    worker = RolloutWorker(Engine(), tok, _Sampler(), Reward(), lambda ex: [1, 2], SamplingParams())
+    groups, *_ = worker.generate_groups(_Sampler().next(3), 2)
+    assert events == ["submit 2", "submit 1", "submit 0", "rollout done"]  # finishing order, then the end
+    assert [g.rollouts[0].uid for g in groups] == [0, 1, 2]  # groups in request order all the same

@@ -70,3 +70,17 @@ def test_bad_config_errors(tiny_model_dir, arith_data, tmp_path):
     missing.write_text('{"question": "1+1"}\n')
     with pytest.raises(UserError, match="no usable rows"):
         Trainer(load_config(None, base_overrides(tiny_model_dir, missing, tmp_path)), tmp_path / "r")
+
+
+@pytest.mark.slow
+def test_reward_pool_trains_like_in_process_scoring(tiny_model_dir, arith_data, tmp_path):
+    """reward.workers=2 scores each group in worker processes as it finishes: the same run, metric for metric."""
+    def fit(workers):
+        cfg = load_config(None, base_overrides(tiny_model_dir, arith_data, tmp_path / f"w{workers}", **{
+            "reward.workers": workers, "train.tensorboard": "false"}))
+        return Trainer(cfg, tmp_path / f"w{workers}").fit()
+
+    a, b = fit(0), fit(2)
+    for ra, rb in zip(a, b):
+        for k in ("reward/mean", "actor/loss", "response_length/mean", "actor/grad_norm"):
+            assert ra[k] == rb[k], k

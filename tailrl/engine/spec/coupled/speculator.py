@@ -172,7 +172,9 @@ class Speculator:
     def _uniforms(self, seqs, k: int) -> list[list[float]] | None:
         """The target's keyed uniforms for each sequence's next k positions (inverse-CDF sampler, T > 0);
         None when the target decodes greedily or samples otherwise."""
-        if self.engine.config.sampler != "inverse_cdf" or any(s.request.params.temperature <= 0 for s in seqs):
+        # blocked draws its token at the same uniform as inverse_cdf
+        if self.engine.config.sampler not in ("inverse_cdf", "blocked") or any(
+                s.request.params.temperature <= 0 for s in seqs):
             return None
         rows = [s for s in seqs for _ in range(k)]
         u = uniform_from_hash(sample_hashes(rows, [s.num_generated + j for s in seqs for j in range(k)])).tolist()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from tailrl.config import EngineConfig
 from tailrl.engine.keyed import keyed_sample
 from tailrl.engine.request import Rollout
 
@@ -29,9 +30,9 @@ def pack(rollouts: list[Rollout], pad: int) -> tuple[torch.Tensor, torch.Tensor]
 
 @torch.no_grad()
 def keyed_acceptance(model, rollouts: list[Rollout], seed: int, temperature: float, pad: int,
-                     chunk: int = 64) -> float:
-    """Fraction of completion positions where the model's keyed inverse-CDF sample (keys (seed, uid,
-    sample index, position), as engine.sample_keys makes them) equals the token the rollout holds;
+                     chunk: int = 64, sampler: str = EngineConfig().sampler) -> float:
+    """Fraction of completion positions where the model's keyed sample (keys (seed, uid, sample index,
+    position), as engine/sampling.py makes them; the engine's sampler) equals the token the rollout holds;
     `seed` is the sampling seed the rollouts were generated with."""
     hits = total = 0
     for c in range(0, len(rollouts), chunk):
@@ -43,7 +44,7 @@ def keyed_acceptance(model, rollouts: list[Rollout], seed: int, temperature: flo
         keys = [[seed, r.uid, r.sample_index, j] for r in part for j in range(len(r.token_ids))]
         n = x.shape[0]
         toks, _ = keyed_sample(x, torch.tensor(keys, dtype=torch.long), torch.full((n,), float(temperature)),
-                               torch.zeros(n, dtype=torch.long), torch.ones(n), "inverse_cdf")
+                               torch.zeros(n, dtype=torch.long), torch.ones(n), sampler)
         hits += int((toks == want).sum())
         total += n
     return hits / max(total, 1)

@@ -1,0 +1,186 @@
+"""`tailrl bench engine`: the rollout engine's decode step and the long-tailed workload, side by side in one run.
+
+1. Decode step, per model shape (random weights of SmolLM2-135M / Qwen2.5-0.5B / Qwen2.5-1.5B shapes: speed
+   does not depend on them; bf16 on CUDA, fp32 on a CPU) and batch B (1, 16, 64, 256) with every sequence
+   at a fixed context: the median wall time of an engine step (everything the engine does per step:
+   bookkeeping, forward, keyed sampling, the host copy); kernels, launches and host syncs per step
+   (torch.profiler); the fraction of the HBM roofline on CUDA = (weight bytes + K/V bytes read per step) /
+   peak bandwidth / step time.
+2. Keyed sampling vs the LM head's matmul at B = 64 and a 49,152 vocabulary (the CPU target: sampling costs
+   no more than the head).
+3. The long-tailed workload (engine_tail.py): B = 64, lognormal forced lengths up to 1024, tailrl vs HF
+   generate with its default cache and its static cache.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from tailrl.bench.common import write_outputs
+from tailrl.bench.engine_tail import hf_config, long_tail, sync
+from tailrl.config import EngineConfig
+from tailrl.engine import Engine, Request, SamplingParams
+from tailrl.engine.keyed import host_flags, keyed_sample_hashed
+from tailrl.model import ModelArgs, build_model, init_random
+from tailrl.perf.hardware import GPUS, MODELS, ModelSpec
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler's start/stop lines would interleave the table
+
+# shape name -> (architecture, spec); the specs are the simulator's presets
+SHAPES = {"smollm2-135m": "LlamaForCausalLM", "qwen2.5-0.5b": "Qwen2ForCausalLM", "qwen2.5-1.5b": "Qwen2ForCausalLM"}
+# the long-tailed workload's CPU default: a static HF batch of 64 x 1024 steps of the 135M shape takes far
+# too long on a CPU, so there a small Llama (hidden 256, 4 layers, vocab 2048) stands in
+SMALL = ModelSpec("small", 4, 256, 4, 2, 704, 2048)
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch")
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def random_model(shape: str, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
+    """The native decoder of a preset's shape with random N(0, 0.02) weights."""
+    args = ModelArgs.from_hf(hf_config(MODELS[shape], SHAPES[shape], max_pos))
+    return init_random(build_model(args, dtype, device), 0.02, seed).eval()
+
+
+def _gpu_preset(device: str):
+    if not device.startswith("cuda"):
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    return next((g for k, g in GPUS.items() if k in name), None)
+
+
+def decode_step(model, batch: int, context: int, steps: int, warmup: int, device: str, overrides: dict) -> dict:
+    """Median engine-step seconds with `batch` sequences decoding at `context` tokens, and per-step counts."""
+    block = 16
+    max_len = context + warmup + steps + 8
+    kv = batch * (-(-max_len // block) + 1) * block
+    engine = Engine(model, EngineConfig(max_batch_size=batch, kv_cache_tokens=kv, block_size=block,
+                                        max_model_len=max_len, max_prefill_tokens=max(8192, context), **overrides))
+    rng = random.Random(batch)
+    vocab = model.args.vocab_size
+    params = SamplingParams(temperature=1.0, max_new_tokens=warmup + steps + 4, ignore_eos=True, seed=1)
+    for i in range(batch):
+        engine.add(Request([rng.randrange(3, vocab) for _ in range(context)], uid=i, params=params))
+    with torch.inference_mode():
+        while engine.scheduler.waiting:  # prefill every sequence
+            engine.step()
+        times = []
+        for i in range(warmup + steps):
+            sync(device)
+            t = time.perf_counter()
+            engine.step()
+            sync(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        with profile(activities=acts) as prof:
+            engine.step()
+            sync(device)
+    events = prof.events()
+    names = [e.name for e in events]
+    out = {"batch": batch, "context": context, "step_ms": statistics.median(times) * 1e3,
+           "step_ms_all": [t * 1e3 for t in times], "attention": engine.execution.attention,
+           "static": engine.execution.static, "cuda_graphs": engine.execution.graphs}
+    if device.startswith("cuda"):
+        out["kernels"] = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        out["launches"] = sum(n in LAUNCHES for n in names)
+        out["syncs"] = sum(n in SYNCS for n in names)
+    else:
+        out["ops"] = sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None)
+    return out
+
+
+def roofline_fraction(spec: ModelSpec, bytes_per_param: int, batch: int, context: int, step_ms: float, gpu) -> float:
+    """(weights + K/V read per decode step) / HBM peak / step time."""
+    s = ModelSpec(**{**spec.__dict__, "bytes_per_param": bytes_per_param})
+    read = s.weight_bytes + batch * context * s.kv_bytes_per_token
+    return read / (gpu.hbm_tbps * 1e12) / (step_ms / 1e3)
+
+
+def sampler_vs_head(device: str, dtype: torch.dtype, sampler: str, batch: int = 64, vocab: int = 49152,
+                    hidden: int = 576, reps: int = 10) -> dict:
+    """Median ms of the LM head's matmul (batch, hidden) x (hidden, vocab) and of keyed sampling its logits."""
+    g = torch.Generator(device=device).manual_seed(0)
+    h = torch.randn(batch, hidden, generator=g, device=device, dtype=dtype)
+    w = torch.randn(vocab, hidden, generator=g, device=device, dtype=dtype) * 0.05
+    hashes = torch.arange(batch, device=device, dtype=torch.int64) * 7919
+    temp, top_k, top_p = (torch.ones(batch, device=device), torch.zeros(batch, dtype=torch.long, device=device),
+                          torch.ones(batch, device=device))
+    flags = host_flags([1.0] * batch, [0] * batch, [1.0] * batch)
+
+    def timed(fn) -> float:
+        fn()
+        ts = []
+        for _ in range(reps):
+            sync(device)
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts) * 1e3
+
+    logits = torch.nn.functional.linear(h, w).float()
+    head = timed(lambda: torch.nn.functional.linear(h, w))
+    sample = timed(lambda: keyed_sample_hashed(logits, hashes, temp, top_k, top_p, sampler, flags))
+    return {"batch": batch, "vocab": vocab, "hidden": hidden, "sampler": sampler, "lm_head_ms": head,
+            "sampling_ms": sample, "sampling_over_head": sample / head}
+
+
+def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], context: int, steps: int, warmup: int,
+                     device: str, dtype: str, tail: bool, tail_batch: int, tail_max_len: int, tail_median: float,
+                     tail_shape: str, repeat: int, overrides: dict, progress=print) -> dict:
+    dt = getattr(torch, dtype)
+    gpu = _gpu_preset(device)
+    res: dict = {"device": device, "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
+                 "dtype": dtype, "torch": torch.__version__, "steps": [], "overrides": overrides}
+    for shape in shapes:
+        model = random_model(shape, dt, device, max_pos=context + warmup + steps + 64)
+        for b in batches:
+            r = decode_step(model, b, context, steps, warmup, device, overrides)
+            r["shape"] = shape
+            if gpu is not None:
+                r["hbm_roofline"] = roofline_fraction(MODELS[shape], dt.itemsize, b, context, r["step_ms"], gpu)
+            res["steps"].append(r)
+            progress(f"{shape} B={b}: {r['step_ms']:.2f} ms/step")
+        del model
+    res["sampling"] = sampler_vs_head(device, dt, EngineConfig().sampler)
+    progress(f"sampling {res['sampling']['sampling_ms']:.2f} ms vs LM head {res['sampling']['lm_head_ms']:.2f} ms")
+    if tail:
+        spec = SMALL if tail_shape == "small" else MODELS[tail_shape]
+        res["long_tail"] = long_tail(spec, SHAPES.get(tail_shape, "LlamaForCausalLM"), device, dt,
+                                     tail_batch, tail_median, 1.0, tail_max_len, 1.0, repeat, 0, overrides, progress)
+    write_outputs(Path(out_dir), summary(res), res)
+    return res
+
+
+def summary(res: dict) -> str:
+    on = res["gpu"] or "CPU"
+    lines = [f"# tailrl bench engine ({on}, {res['dtype']}, torch {res['torch']})", "",
+             "| shape | B | context | ms / step | attention | static | graphs | kernels | launches | syncs | "
+             "ops | HBM roofline |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["steps"]:
+        roof = f"{r['hbm_roofline']:.0%}" if "hbm_roofline" in r else "-"
+        lines.append(f"| {r['shape']} | {r['batch']} | {r['context']} | {r['step_ms']:.2f} | {r['attention']} | "
+                     f"{r['static']} | {r['cuda_graphs']} | {r.get('kernels', '-')} | {r.get('launches', '-')} | "
+                     f"{r.get('syncs', '-')} | {r.get('ops', '-')} | {roof} |")
+    s = res["sampling"]
+    lines += ["", f"Keyed sampling ({s['sampler']}) at B = {s['batch']}, V = {s['vocab']}: {s['sampling_ms']:.2f} ms; "
+              f"the LM head's matmul ({s['hidden']} -> {s['vocab']}): {s['lm_head_ms']:.2f} ms "
+              f"(ratio {s['sampling_over_head']:.2f})."]
+    if "long_tail" in res:
+        t = res["long_tail"]
+        best = t["best"]
+        lines += ["", f"Long-tailed workload: B = {t['batch']}, lengths up to {t['max_len']} "
+                  f"(max/median {t['len_max_over_median']:.1f}), fastest of {len(t['runs']['tailrl'])}:", "",
+                  "| system | wall s | useful tokens / s |", "|---|---|---|"]
+        for k in ("hf_dynamic_cache", "hf_static_cache", "tailrl"):
+            lines.append(f"| {k} | {best[k]['wall_s']:.2f} | {t['useful_tokens_per_s'][k]:.0f} |")
+        lines += ["", f"tailrl vs HF generate: {t['ratio_vs_hf_dynamic']:.2f}x (default cache), "
+                  f"{t['ratio_vs_hf_static']:.2f}x (static cache)."]
+    return "\n".join(lines)

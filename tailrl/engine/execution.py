@@ -1,0 +1,82 @@
+"""How the engine executes on its device: engine.attention / static_decode / cuda_graphs /
+gpu_memory_utilization resolved against the model's device, with one-line errors for combinations that
+cannot run, and the KV pool's size.
+
+    auto on CUDA (Triton installed): triton attention, static decode steps, CUDA graphs, pool from memory
+    auto on CPU:                     torch attention, dynamic steps, a pool that grows with need
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tailrl import kernels
+from tailrl.config import EngineConfig
+from tailrl.engine.keyed import SAMPLERS
+from tailrl.errors import UserError
+
+ATTENTION = ("auto", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class Execution:
+    attention: str  # torch | triton
+    static: bool  # decode steps on static buffers (engine/static_step.py)
+    graphs: bool  # ... captured as CUDA graphs
+    grow_pool: bool  # the KV pool grows with need (CPU) instead of being allocated whole
+
+
+def resolve_execution(cfg: EngineConfig, device: torch.device) -> Execution:
+    cuda = device.type == "cuda"
+    if cfg.sampler not in SAMPLERS:
+        raise UserError(f"unknown engine.sampler '{cfg.sampler}'; valid: {', '.join(SAMPLERS)}")
+    if cfg.attention not in ATTENTION:
+        raise UserError(f"unknown engine.attention '{cfg.attention}'; valid: {', '.join(ATTENTION)}")
+    attention = cfg.attention
+    if attention == "auto":
+        attention = "triton" if cuda and kernels.HAS_TRITON else "torch"
+    elif attention == "triton":
+        kernels.require_triton("engine.attention=triton")
+    graphs = cfg.cuda_graphs
+    if graphs and not cuda:
+        raise UserError(f"engine.cuda_graphs=true needs a CUDA device (the model is on {device.type}); "
+                        "leave it unset or false")
+    if graphs and attention != "triton":
+        raise UserError("engine.cuda_graphs=true needs engine.attention=triton (the graph replays the paged "
+                        "kernels over static block tables)")
+    if graphs is None:
+        graphs = cuda and attention == "triton"
+    static = cfg.static_decode if cfg.static_decode is not None else graphs
+    if static and attention != "triton":
+        raise UserError("engine.static_decode=true needs engine.attention=triton")
+    if graphs and not static:
+        raise UserError("engine.cuda_graphs=true captures static decode steps: leave engine.static_decode unset")
+    if not 0 < cfg.gpu_memory_utilization <= 1:
+        raise UserError(f"engine.gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
+    return Execution(attention, bool(static), bool(graphs), grow_pool=not cuda)
+
+
+def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len: int) -> int:
+    """Tokens the KV pool holds: engine.kv_cache_tokens, on CUDA capped by what fits in free memory up to
+    gpu_memory_utilization of the device. One sequence of max_model_len must fit when that length was set
+    (engine.max_model_len) or the pool was sized from memory."""
+    tokens = cfg.kv_cache_tokens
+    where = f"engine.kv_cache_tokens ({tokens})"
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        budget = free - (1.0 - cfg.gpu_memory_utilization) * total
+        p = next(model.parameters())
+        heads, head_dim = model.kv_shape_per_token
+        per_token = 2 * model.args.num_layers * heads * head_dim * p.element_size()
+        fit = max(0, int(budget // per_token))
+        if fit < tokens:
+            tokens = fit
+            where = (f"the KV pool that fits in engine.gpu_memory_utilization={cfg.gpu_memory_utilization} "
+                     f"({tokens} tokens, {free / 2**30:.1f} GiB free)")
+    blocks = tokens // cfg.block_size
+    if (cfg.max_model_len or device.type == "cuda") and blocks * cfg.block_size < max_model_len:
+        raise UserError(f"{where} cannot hold one sequence of max_model_len = {max_model_len} tokens; raise it or "
+                        "lower engine.max_model_len")
+    return tokens

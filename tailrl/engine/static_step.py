@@ -1,0 +1,133 @@
+"""Static-buffer decode steps: the engine's plain decode step on fixed per-bucket buffers, keyed sampling
+included, so on CUDA the whole step is one CUDA graph replay (nano-vllm's decode loop, plus our sampler).
+
+    host:   pick bucket nb >= B; write every row's token, position, slot, key prefix, block table and
+            sampling parameters into two pinned host buffers (one int64, one float32); padding rows get
+            q_len 0 and slot -1 (no K/V write, zero attention output, their sample is ignored)
+    device: two non-blocking copies in; embed -> layers (paged kernels, fused ops) -> LM head ->
+            keyed sampling -> (tokens, logprobs) as one (nb, 2) float64 buffer; one copy out
+
+Graphs are captured lazily per (bucket, sampling flags), sharing one memory pool; the KV pool, the
+rotary table and the buffers keep their addresses for the engine's life. On a CPU the same code runs
+eagerly (how it is tested: token-identical to the dynamic path). A row whose pending tokens are not
+exactly one (a just-adopted sequence) makes the engine take the dynamic step instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tailrl.engine.keyed import keyed_sample_hashed, position_hash
+from tailrl.engine.sampling import seq_flags
+from tailrl.engine.sequence import Sequence
+from tailrl.model.attention import PagedMetadata
+
+INTS = 8  # int columns before the block table: token, position, start, q_len, slot, key prefix, sample pos, top_k
+
+
+def buckets(max_batch_size: int) -> list[int]:
+    """Batch sizes with a buffer (and a graph): powers of two up to max_batch_size, and max_batch_size."""
+    out = [1]
+    while out[-1] < max_batch_size:
+        out.append(min(2 * out[-1], max_batch_size))
+    return out
+
+
+class _Buffers:
+    """One bucket's buffers: host staging (pinned on CUDA) and their device twins, plus the output."""
+
+    def __init__(self, nb: int, max_blocks: int, device: torch.device):
+        pin = device.type == "cuda"
+        self.host_ints = torch.zeros(nb, INTS + max_blocks, dtype=torch.int64, pin_memory=pin)
+        self.host_floats = torch.ones(nb, 2, dtype=torch.float32, pin_memory=pin)  # temperature, top_p
+        self.ints = self.host_ints.numpy()  # numpy views: row writes without a torch op each
+        self.floats = self.host_floats.numpy()
+        self.dev_ints = torch.zeros_like(self.host_ints, device=device)
+        self.dev_floats = torch.ones_like(self.host_floats, device=device)
+        self.index = torch.zeros(nb, 1, dtype=torch.int64, device=device)  # logits at each row's one token
+        self.pad = np.zeros(INTS + max_blocks, dtype=np.int64)
+        self.pad[4] = -1  # padding rows: q_len 0, slot -1 (no K/V write)
+
+
+class StaticStep:
+    def __init__(self, engine, graphs: bool):
+        self.engine = engine
+        self.graphs_on = graphs
+        cache = engine.cache
+        self.device = cache.kv.device
+        self.block_size = cache.block_size
+        self.max_blocks = cache.blocks_for(engine.max_model_len)
+        self.buckets = buckets(engine.config.max_batch_size)
+        self.bufs: dict[int, _Buffers] = {}
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = None  # the graphs' shared memory pool
+
+    def fits(self, ready: list[Sequence]) -> bool:
+        """Every row decodes exactly one pending token (else the engine takes the dynamic step)."""
+        return all(s.pending == 1 for s in ready)
+
+    def step(self, ready: list[Sequence]) -> tuple[list[int], list[float]]:
+        """One decode step of `ready` (blocks ensured): (tokens, logprobs), one host sync."""
+        B = len(ready)
+        nb = next(b for b in self.buckets if b >= B)
+        bufs = self.bufs.get(nb) or self.bufs.setdefault(nb, _Buffers(nb, self.max_blocks, self.device))
+        self._fill(bufs, ready)
+        flags = seq_flags(ready)
+        bufs.dev_ints.copy_(bufs.host_ints, non_blocking=True)
+        bufs.dev_floats.copy_(bufs.host_floats, non_blocking=True)
+        if self.graphs_on:
+            graph, out = self._graph(nb, bufs, flags)
+            graph.replay()
+        else:
+            out = self._run(bufs, flags)
+        res = out[:B].cpu()  # the one device-to-host copy of the step (waits for the forward)
+        return res[:, 0].long().tolist(), res[:, 1].tolist()
+
+    def _fill(self, bufs: _Buffers, ready: list[Sequence]) -> None:
+        """Host side: the rows of this step (padding rows reset), written through numpy views."""
+        bs, tables = self.block_size, self.engine.cache.tables
+        ints, floats = bufs.ints, bufs.floats
+        ints[len(ready):] = bufs.pad
+        floats[len(ready):] = 1.0
+        rows = []
+        for i, s in enumerate(ready):
+            p = s.num_cached  # the pending token's position
+            table = tables[s.seq_id]
+            ints[i, INTS: INTS + len(table)] = table
+            prm = s.request.params
+            rows.append((s.tokens[-1], p, p, 1, table[p // bs] * bs + p % bs, s.key_prefix, s.num_generated,
+                         prm.top_k))
+            floats[i] = (prm.temperature, prm.top_p)
+        ints[: len(ready), :INTS] = rows
+
+    @torch.inference_mode()
+    def _run(self, bufs: _Buffers, flags: tuple[bool, bool, bool]) -> torch.Tensor:
+        """The device side (what a graph captures): forward + keyed sampling -> (nb, 2) float64."""
+        ints, floats = bufs.dev_ints, bufs.dev_floats
+        meta = PagedMetadata(block_tables=ints[:, INTS:].to(torch.int32), starts=ints[:, 2].to(torch.int32),
+                             q_lens=ints[:, 3].to(torch.int32), slot_mapping=ints[:, 4], block_size=self.block_size)
+        logits = self.engine.model(ints[:, 0:1], ints[:, 1:2], attn=meta, kv_cache=self.engine.cache.kv,
+                                   logits_index=bufs.index)[:, 0].float()  # (nb, V)
+        tokens, logps = keyed_sample_hashed(logits, position_hash(ints[:, 5], ints[:, 6]), floats[:, 0], ints[:, 7],
+                                            floats[:, 1], self.engine.config.sampler, flags)
+        return torch.stack([tokens.double(), logps.double()], dim=1)
+
+    def _graph(self, nb: int, bufs: _Buffers, flags) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The bucket's graph for these sampling flags, captured on first use: two warm-up runs on a side
+        stream (Triton compiles, the allocator settles), then capture into the shared pool. The warm-ups
+        use this step's own rows, so the K/V they write is what the replay writes again."""
+        key = (nb, flags)
+        if key not in self.graphs:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._run(bufs, flags)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self._run(bufs, flags)
+            self.pool = graph.pool()
+            self.graphs[key] = (graph, out)
+        return self.graphs[key]
