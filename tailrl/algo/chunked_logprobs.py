@@ -147,4 +147,5 @@ def chunked_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: 
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     out = _ChunkedTokenLogprob.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias,
                                      targets.reshape(-1).long(), float(temperature), int(chunk_rows))
-    return out.view(targets.shape)
+    # a new tensor, not a view: a module returning a view makes FSDP2 warn (in-place ops would skip its hooks)
+    return out.reshape(targets.shape).clone() if out.shape != targets.shape else out

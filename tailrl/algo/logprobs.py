@@ -16,12 +16,15 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, prompt_lens: torch.Tensor, max_completion: int,
-                        temperature: float = 1.0) -> torch.Tensor:
-    """input_ids: (S, L) right-padded prompt+completion; prompt_lens: (S,).
+                        temperature: float = 1.0, chunk_rows: int = 1024) -> torch.Tensor:
+    """input_ids: (S, L) right-padded prompt+completion; prompt_lens: (S,); chunk_rows: LM-head rows at a time
+    (0: all (S, C, V) logits at once, as before chunking).
     Returns (S, max_completion) logprobs of completion tokens (garbage past each row's end: mask it)."""
     S, L = input_ids.shape
     idx = prompt_lens.unsqueeze(1) - 1 + torch.arange(max_completion, device=input_ids.device)  # predicting positions
     idx = idx.clamp(max=L - 2)  # (S, C)
-    pred = model(input_ids, logits_index=idx)  # (S, C, V): the LM head runs on completion positions only
     targets = input_ids.gather(1, idx + 1)  # (S, C)
-    return token_logprobs(pred, targets, temperature)
+    if chunk_rows <= 0:
+        return token_logprobs(model(input_ids, logits_index=idx), targets, temperature)  # (S, C, V) logits
+    # the LM head on completion positions only, chunk by chunk: no (S, C, V) logits (algo/chunked_logprobs.py)
+    return model(input_ids, logits_index=idx, targets=targets, temperature=temperature, chunk_rows=chunk_rows)

@@ -97,7 +97,8 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
     trainer.train()
     hist = [h for h in trainer.state.log_history if "reward" in h]
     return {"steps": len(log["step_s"]), "step_s": log["step_s"], "evals": log["evals"],
-            "rewards": [h["reward"] for h in hist], "gen_s": log["gen_s"]}
+            "rewards": [h["reward"] for h in hist], "gen_s": log["gen_s"],
+            "update_s": [s - g for s, g in zip(log["step_s"], log["gen_s"])]}
 
 
 def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
@@ -116,6 +117,7 @@ def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_ever
             evals.append((r["step"], t.get(r["step"], 0.0), r["eval/accuracy"]))
     return {"steps": len(steps), "step_s": [r["timing_s/step"] for r in steps], "evals": evals,
             "rewards": [r["reward/mean"] for r in steps], "gen_s": [r["timing_s/gen"] for r in steps],
+            "update_s": [r["timing_s/update"] for r in steps],
             "straggler_rate": statistics.mean(r["rollout/straggler_rate"] for r in steps),
             "tail_efficiency": statistics.mean(r["rollout/tail_efficiency"] for r in steps),
             "prompts": sum(r["data/prompts"] for r in steps)}
@@ -127,7 +129,9 @@ def summarize(r: dict, target: float | None) -> dict:
     reached = time_to_reach([(t, acc) for _, t, acc in r["evals"]], target) if target is not None else None
     n = max(1, len(r["rewards"]) // 5)
     later = r["step_s"][1:] or r["step_s"]
+    upd = r["update_s"][1:] or r["update_s"]
     return {"steps": r["steps"], "wall_s": wall, "s_per_step": sum(later) / len(later),
+            "update_s_per_step": sum(upd) / len(upd),
             "rollout_share": sum(r["gen_s"]) / wall if r["gen_s"] else None,
             "straggler_rate": r.get("straggler_rate"), "tail_efficiency": r.get("tail_efficiency"),
             "final_reward": statistics.mean(r["rewards"][-n:]), "accuracy_start": r["evals"][0][2],
@@ -153,6 +157,10 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
     if "full" in systems:
         runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, list(task.full))
         print(f"tailrl full: {sum(runs['full']['step_s']):.1f}s of steps", flush=True)
+    if "unchunked" in systems:  # off with the whole (S, C, V) logits in the update, as before chunking
+        runs["unchunked"] = run_tailrl(task, model_dir, root / "unchunked", budget, eval_every,
+                                       ["train.logprob_chunk_rows=0"])
+        print(f"tailrl off, unchunked: {sum(runs['unchunked']['step_s']):.1f}s of steps", flush=True)
     start = statistics.mean(r["evals"][0][2] for r in runs.values())
     gain = max(r["evals"][-1][2] for r in runs.values()) - start
     target = start + 0.5 * gain if gain > 0 else None  # half the best gain over the start
@@ -183,7 +191,8 @@ def _plot(runs: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    names = {"trl": "TRL GRPOTrainer", "off": "tailrl, accelerations off", "full": "tailrl, SAGC + PODS + speculation"}
+    names = {"trl": "TRL GRPOTrainer", "off": "tailrl, accelerations off", "full": "tailrl, the task's accelerations",
+             "unchunked": "tailrl off, unchunked logprobs"}
     for k, r in runs.items():
         t, acc = [], 0.0
         for s in r["step_s"]:
@@ -214,11 +223,12 @@ def _markdown(res: dict) -> str:
     lines = [f"Task {res['task']}, prompt budget {res['prompt_budget']} ({res['steps']} steps of {res['prompts']} x "
              f"{res['group']} at G = {res['group']}); "
              f"s / step without the first (warm-up) step; target accuracy {tgt}", "",
-             "| system | steps | s / step | × TRL | × off | rollout share | straggler rate | tail eff. | "
-             "final reward | accuracy start → end | time to target s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| system | steps | s / step | update s / step | × TRL | × off | rollout share | straggler rate | "
+             "tail eff. | final reward | accuracy start → end | time to target s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, s in res["runs"].items():
-        lines.append(f"| {k} | {s['steps']} | {s['s_per_step']:.2f} | {f(s.get('step_speedup_vs_trl'), '.2f')} | "
+        lines.append(f"| {k} | {s['steps']} | {s['s_per_step']:.2f} | {s['update_s_per_step']:.2f} | "
+                     f"{f(s.get('step_speedup_vs_trl'), '.2f')} | "
                      f"{f(s.get('step_speedup_vs_off'), '.2f')} | {f(s['rollout_share'], '.2f')} | "
                      f"{f(s['straggler_rate'], '.3f')} | {f(s['tail_efficiency'], '.2f')} | {s['final_reward']:.3f} | "
                      f"{s['accuracy_start']:.3f} → {s['accuracy_end']:.3f} | {f(s['time_to_target_s'], '.1f')} |")

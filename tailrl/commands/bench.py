@@ -53,9 +53,11 @@ def add(sub) -> None:
     q.set_defaults(run=e2e)
     q.add_argument("--steps", type=int, default=30, help="steps of P prompts x G samples at the task's G (the prompt budget)")
     q.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N steps")
-    q.add_argument("--systems", nargs="+", default=["trl", "off", "full"], choices=["trl", "off", "full"])
-    q.add_argument("--task", default="demo", choices=["demo", "smollm2"],
-                   help="demo: the demo policy on chained arithmetic; smollm2: SmolLM2-135M-Instruct on easy sums")
+    q.add_argument("--systems", nargs="+", default=["trl", "off", "full"], choices=["trl", "off", "full", "unchunked"],
+                   help="unchunked: off with the whole (S, C, V) logits in the update (train.logprob_chunk_rows=0)")
+    q.add_argument("--task", default="demo", choices=["demo", "smollm2", "wide"],
+                   help="demo: the demo policy on chained arithmetic; smollm2: SmolLM2-135M-Instruct on easy sums; "
+                        "wide: a tiny Qwen2 with a 49,152 vocabulary, 256-token completions at G = 16")
     q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)

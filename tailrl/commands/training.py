@@ -55,11 +55,16 @@ def run_train(a) -> int:
         cfg = load_config(a.config, overrides)
         run_dir = a.run_dir or run_dir_for(cfg)
     trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
+    if not trainer.ctx.main:  # under torchrun rank 0 speaks for the job
+        trainer.fit()
+        return 0
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from rich.console import Console
 
     console = Console(stderr=True)
-    console.print(f"[bold]tailrl train[/bold] -> {trainer.run_dir}  (resolved config: {trainer.run_dir / 'config.yaml'})")
+    ranks = f" on {trainer.ctx.world} ranks" if trainer.ctx.enabled else ""
+    console.print(f"[bold]tailrl train[/bold] -> {trainer.run_dir}{ranks}  (resolved config: "
+                  f"{trainer.run_dir / 'config.yaml'})")
     console.print((trainer.run_dir / "config.yaml").read_text().rstrip(), style="dim")
     if trainer.step_idx:
         console.print(f"resumed at step {trainer.step_idx} from {trainer.last_checkpoint}")

@@ -188,6 +188,13 @@ class TrainConfig:
     micro_batch_size: int = opt(8, "sequences per training forward/backward (at most)")
     micro_batch_tokens: int = opt(0, "padded tokens per training forward/backward (0: off): rows sorted by length "
                                   "and packed so rows x longest row <= this (veRL's use_dynamic_bsz)")
+    logprob_chunk_rows: int = opt(1024, "completion tokens whose LM head + log-softmax run at a time in the "
+                                  "training forward, recomputed in backward (0: all at once, keeping (S, C, V) "
+                                  "logits)")
+    activation_checkpointing: bool = opt(False, "recompute each decoder layer in backward instead of keeping its "
+                                         "activations (less memory, one more forward)")
+    release_kv_during_update: bool | None = opt(None, "free the engine's KV pool during the update and allocate it "
+                                                "again for the next rollout (unset: on with CUDA)")
     lr: float = opt(1e-6, "AdamW learning rate")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     adam_betas: tuple[float, ...] = opt((0.9, 0.999), "AdamW betas")
@@ -201,6 +208,8 @@ class TrainConfig:
     eval_every: int = opt(0, "evaluate on data.eval_source every N steps (0: off)")
     eval_prompts: int = opt(64, "held-out prompts per evaluation")
     tensorboard: bool = opt(True, "write TensorBoard event files to <run>/tensorboard")
+    save_rollouts: bool = opt(False, "write every rollout (token ids, text, reward, trained or not) to "
+                              "<run>/rollouts.jsonl")
     wandb: bool = opt(False, "log to Weights & Biases (needs wandb installed)")
     wandb_project: str = opt("tailrl", "Weights & Biases project")
 

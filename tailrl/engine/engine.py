@@ -274,6 +274,7 @@ class Engine:
                  ) -> tuple[list[Rollout], RolloutTrace]:
         """Run requests to completion. Returns rollouts sorted by (uid, sample index) and the trace."""
         self.trace = RolloutTrace(tau=self.tau)
+        self.cache.restore()  # after release_kv()
         self.clock.reset()
         self.strategy.begin_rollout()
         out: list[Rollout] = []
@@ -296,6 +297,13 @@ class Engine:
         self.trace.b1_step_s = self.calibrate_b1() if self.trace.b1_step_time() is None else None
         out.sort(key=lambda r: (r.uid, r.sample_index))
         return out, self.trace
+
+    def release_kv(self) -> None:
+        """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()
+        allocates it again, and static decode steps capture their graphs again."""
+        self.cache.release()
+        if self.static is not None:
+            self.static.reset()
 
     def calibrate_b1(self, reps: int = 8) -> float:
         """Median wall time of a batch-1 decode step (short context); cached per engine."""

@@ -37,6 +37,7 @@ class PagedKVCache:
         self.refcount = [0] * first
         self.free_blocks = list(range(first - 1, -1, -1))  # pop() gives low ids first
         self.tables: dict[int, list[int]] = {}  # seq id -> block ids
+        self._released_slots = 0  # the pool's size while release()d
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
@@ -126,6 +127,20 @@ class PagedKVCache:
     def free(self, seq: int) -> None:
         for b in self.tables.pop(seq, []):
             self._release(b)
+
+    # -- the pool's memory between rollouts -----------------------------------------------------
+    def release(self) -> None:
+        """Free the pool's memory (every sequence must be gone): the update can use it; restore() before use."""
+        if self.tables:
+            raise RuntimeError("release() with live sequences")
+        self._released_slots = self.kv.shape[2]
+        self.kv = self.kv.new_empty(0)
+
+    def restore(self) -> None:
+        """Allocate the pool again after release() (new memory: captured graphs must be captured again)."""
+        if self._released_slots:
+            self.kv = self._model.new_kv_cache(self._released_slots, dtype=self.kv.dtype, device=self.kv.device)
+            self._released_slots = 0
 
     # -- tensor work ---------------------------------------------------------------------------
     def _copy_block(self, src: int, dst: int) -> None:

@@ -63,6 +63,11 @@ class StaticStep:
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None  # the graphs' shared memory pool
 
+    def reset(self) -> None:
+        """Forget the captured graphs (the KV pool moved); they are captured again on next use."""
+        self.graphs.clear()
+        self.pool = None
+
     def fits(self, ready: list[Sequence]) -> bool:
         """Every row decodes exactly one pending token (else the engine takes the dynamic step)."""
         return all(s.pending == 1 for s in ready)

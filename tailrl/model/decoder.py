@@ -13,8 +13,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from tailrl import kernels
+from tailrl.algo.chunked_logprobs import chunked_token_logprobs
+from tailrl.algo.logprobs import token_logprobs
 from tailrl.model.args import ModelArgs
 from tailrl.model.attention import Attention, AttnMetadata, PagedMetadata
 from tailrl.model.layers import (
@@ -81,6 +84,7 @@ class CausalLM(nn.Module):
         self.rotary = Rotary(args.head_dim, args.rope_theta, args.rope_scaling)
         tied = self.embed_tokens if args.tie_word_embeddings else None
         self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp, tied=tied)
+        self.checkpointing = False  # train.activation_checkpointing: recompute each layer in backward
 
     @property
     def kv_shape_per_token(self) -> tuple[int, int]:
@@ -100,9 +104,14 @@ class CausalLM(nn.Module):
         attn: AttnMetadata | None = None,
         kv_cache: torch.Tensor | None = None,
         logits_index: torch.Tensor | None = None,
+        targets: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        chunk_rows: int = 1024,
     ) -> torch.Tensor:
         """input_ids: (B, T); positions: (B, T) (default 0..T-1); logits_index: (B, K) positions of T
-        whose logits are wanted (default all). Returns logits (B, T or K, V)."""
+        whose logits are wanted (default all). Returns logits (B, T or K, V); with targets (B, T or K),
+        the logprobs (B, T or K) of those tokens under softmax(logits / temperature) instead, from the LM
+        head run `chunk_rows` rows at a time (no (B, K, V) logits kept for backward)."""
         B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -115,10 +124,17 @@ class CausalLM(nn.Module):
             h, _ = kernels.rms_norm(h, self.norm.weight, self.norm.eps, residual=residual)
         else:
             cos, sin = self.rotary.cos_sin(positions, h.dtype)
+            recompute = self.checkpointing and self.training and torch.is_grad_enabled()
             for i, layer in enumerate(self.layers):
                 kv = (kv_cache[0, i], kv_cache[1, i]) if attn is not None else None
-                h = layer(h, cos, sin, attn, kv)
+                h = checkpoint(layer, h, cos, sin, use_reentrant=False) if recompute else layer(h, cos, sin, attn, kv)
             h = self.norm(h)
         if logits_index is not None:
             h = h.gather(1, logits_index.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, K, hidden)
-        return self.lm_head(h)
+        if targets is None:
+            return self.lm_head(h)
+        head = self.lm_head
+        if head.tp.size > 1:  # a vocabulary split over ranks: the plain head (its gather is the collective)
+            return token_logprobs(head(h), targets, temperature)
+        w = head.tied.weight if head.tied is not None else head.weight  # (V, hidden)
+        return chunked_token_logprobs(h, w, targets, temperature, chunk_rows=chunk_rows)  # (B, K)

@@ -140,6 +140,18 @@ def build_model(args: ModelArgs, dtype=torch.float32, device="cpu") -> CausalLM:
     return model.to(dtype=resolve_dtype(dtype))
 
 
+@torch.no_grad()
+def clone_model(model: CausalLM, dtype=None) -> CausalLM:
+    """A new model with `model`'s weights (in `dtype`, default the same) on the same device. Unlike
+    copy.deepcopy it keeps what the constructor attaches to parameters (the weight loaders)."""
+    src = dict(model.named_parameters())
+    p = next(iter(src.values()))
+    new = build_model(model.args, dtype or p.dtype, str(p.device))
+    for name, q in new.named_parameters():
+        q.copy_(src[name])
+    return new.train(model.training)
+
+
 def load(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "auto", gguf_file: str | None = None,
          tokenizer: bool = True):
     """Load a checkpoint as (native model in eval mode, HF tokenizer or None); device: auto | cpu | cuda[:N]."""

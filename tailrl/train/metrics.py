@@ -13,13 +13,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 class MetricsLogger:
     def __init__(self, run_dir: Path, tensorboard: bool = True, wandb: bool = False, wandb_project: str = "tailrl",
-                 config: dict | None = None, resume_step: int | None = None):
+                 config: dict | None = None, resume_step: int | None = None, rollouts: bool = False):
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = open_jsonl(self.path, resume_step)
         self._traces = open_jsonl(Path(run_dir) / "traces.jsonl", resume_step)
+        self._rollouts = open_jsonl(Path(run_dir) / "rollouts.jsonl", resume_step) if rollouts else None
         self._tb = None
         if tensorboard:
-
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=resume_step + 1 if resume_step else None)
         self._wandb = None
         if wandb:
@@ -49,9 +49,24 @@ class MetricsLogger:
         self._traces.write(json.dumps({"step": step, "rounds": [tr.to_json() for tr in traces]}) + "\n")
         self._traces.flush()
 
+    def log_rollouts(self, step: int, generated: list, kept: list) -> None:
+        """With train.save_rollouts: one row per generated rollout (tokens, text, reward, kept for the update)."""
+        if self._rollouts is None:
+            return
+        trained = {(r.uid, r.sample_index) for g in kept for r in g.rollouts}
+        for g in generated:
+            for r, text, score in zip(g.rollouts, g.texts, g.scores):
+                self._rollouts.write(json.dumps({"step": step, "uid": r.uid, "sample_index": r.sample_index,
+                                                 "token_ids": r.token_ids, "text": text, "score": score,
+                                                 "finish_reason": r.finish_reason,
+                                                 "trained": (r.uid, r.sample_index) in trained}) + "\n")
+        self._rollouts.flush()
+
     def close(self) -> None:
         self._file.close()
         self._traces.close()
+        if self._rollouts is not None:
+            self._rollouts.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:

@@ -2,8 +2,10 @@
 
 Rewards stream: a group goes to the scorer (rewards/: in-process, or the reward.workers pool) the moment
 its last sample finishes, so with a pool the groups that finish early are scored while the tail is still
-decoding; after the rollout only the tail's scoring is left (`timing_s/reward`). Groups
-(train/groups.py) carry everything later stages need; no loose dicts cross into the update.
+decoding; after the rollout only the tail's scoring is left (`timing_s/reward`). Under torchrun a rank
+generates and scores its share of the requests (uids are global) and the groups are all-gathered, so every
+rank shapes the same groups (train/distributed.py). Groups (train/groups.py) carry everything later stages
+need; no loose dicts cross into the update.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from tailrl.engine import Engine, Request, Rollout, RolloutTrace, SamplingParams
+from tailrl.train.distributed import SINGLE, DistContext
 from tailrl.train.groups import Group
 from tailrl.train.shaping import Shaper
 
@@ -29,7 +32,9 @@ class RolloutPhase:
 class RolloutWorker:
     """Draws prompts, generates G samples each with the shared engine, scores them."""
 
-    def __init__(self, engine: Engine, tokenizer, sampler, reward, encode, params: SamplingParams):
+    def __init__(self, engine: Engine, tokenizer, sampler, reward, encode, params: SamplingParams,
+                 ctx: DistContext = SINGLE):
+        self.ctx = ctx
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampler = sampler
@@ -58,17 +63,24 @@ class RolloutWorker:
                 ex = by_uid[r.uid]
                 submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
 
-        _, trace = self.engine.generate(requests, on_finish=on_finish)
+        mine = self.ctx.share(list(zip(requests, examples, prompt_ids)))  # every request, in one process
+        _, trace = self.engine.generate([q for q, _, _ in mine], on_finish=on_finish)
         t0 = time.perf_counter()
-        scored = [self.reward.result(submitted[q.uid][2]) for q in requests]  # what the tail left to score
+        scored = [self.reward.result(submitted[q.uid][2]) for q, _, _ in mine]  # what the tail left to score
         reward_s = time.perf_counter() - t0
-        names = list(dict.fromkeys(k for b in scored for k in b.components))  # extras: 0.0 where unreported
         groups = []
-        for q, ex, ids, batch in zip(requests, examples, prompt_ids, scored):
+        for (q, ex, ids), batch in zip(mine, scored):
             rs, texts, _ = submitted[q.uid]
-            comps = {k: batch.components.get(k, [0.0] * len(rs)) for k in names}
-            groups.append(Group(ex, ids, rs, texts, list(batch.scores), comps))
-        return (groups, trace, reward_s, sum(b.errors for b in scored), sum(b.timeouts for b in scored))
+            groups.append(Group(ex, ids, rs, texts, list(batch.scores), batch.components))
+        errors, timeouts = sum(b.errors for b in scored), sum(b.timeouts for b in scored)
+        if self.ctx.enabled:  # every rank gets every group, in request order
+            parts = self.ctx.gather((groups, errors, timeouts))
+            groups = sorted((g for p in parts for g in p[0]), key=lambda g: g.rollouts[0].uid)
+            errors, timeouts = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        names = list(dict.fromkeys(k for g in groups for k in g.components))  # extras: 0.0 where unreported
+        for g in groups:
+            g.components = {k: g.components.get(k, [0.0] * len(g.rollouts)) for k in names}
+        return groups, trace, reward_s, errors, timeouts
 
     def step(self, num_prompts: int, group_size: int, shaper: Shaper, max_refill_rounds: int) -> RolloutPhase:
         """Generate P groups and shape them; while the shaper drops groups (DAPO) and refills are asked

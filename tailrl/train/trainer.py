@@ -12,8 +12,9 @@ could be injected by a caller.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import json
+import os
 import statistics
 import time
 from dataclasses import replace
@@ -31,14 +32,16 @@ from tailrl.engine import SamplingParams, build_engine
 from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
 from tailrl.model import load
-from tailrl.model.loading import args_to_hf_config, iter_safetensors
+from tailrl.model.loading import args_to_hf_config, clone_model, iter_safetensors, resolve_device
 from tailrl.model.weights import hf_state_dict, load_weights
 from tailrl.rewards import build_reward
 from tailrl.tail import straggler_rate
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tailrl.train.distributed import init_distributed, rank_device
 from tailrl.train.evaluate import evaluate
 from tailrl.train.metrics import MetricsLogger
+from tailrl.train.policy import Policy
 from tailrl.train.recipe import validate
 from tailrl.train.rollout import RolloutWorker, update_time_saved
 from tailrl.train.shaping import PodsSelect, Shaper
@@ -49,9 +52,16 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False):
         self.cfg = cfg = validate(cfg)
         self.run_dir = Path(run_dir)
+        device = resolve_device(cfg.model.device)
+        self.ctx = ctx = init_distributed(device)  # one process, or this rank of a torchrun job
         torch.manual_seed(cfg.train.seed)
-        self.model, self.tokenizer = load(cfg.model.path, dtype=cfg.model.dtype, device=cfg.model.device)
-        self.hf_config = args_to_hf_config(self.model.args)
+        # loaded in fp32: the masters; the engine gets its own copy in model.dtype (train/policy.py)
+        model, self.tokenizer = load(cfg.model.path, dtype="float32", device=rank_device(device, ctx))
+        self.hf_config = args_to_hf_config(model.args) | {"torch_dtype": cfg.model.dtype}
+        self.reference = None
+        if cfg.algo.kl_coef > 0:  # the initial policy, frozen (a full replica on every rank: forward only)
+            self.reference = clone_model(model).eval().requires_grad_(False)
+        self.policy = Policy(model, cfg.model.dtype, ctx, cfg.train.activation_checkpointing)
         self.dataset = load_dataset(cfg.data)
         self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
         self.reward = build_reward(cfg.reward)
@@ -59,7 +69,7 @@ class Trainer:
         c = cfg.control
         self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
                                            delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
-        self.engine = build_engine(self.model, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
+        self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
         r = cfg.rollout
         self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                      max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
@@ -75,21 +85,20 @@ class Trainer:
         if cfg.train.eval_every and cfg.data.eval_source:
             self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
         self._encode = encode
-        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params)
+        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx)
         self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
         t = cfg.train
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
+        self.optimizer = torch.optim.AdamW(self.policy.train.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
                                            weight_decay=t.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
-        self.reference = None
-        if cfg.algo.kl_coef > 0:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
+            device.startswith("cuda")
         self.spec = UpdateSpec(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
                                kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
                                micro_batch_size=t.micro_batch_size,
                                temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
-                               micro_batch_tokens=t.micro_batch_tokens)
+                               micro_batch_tokens=t.micro_batch_tokens, chunk_rows=t.logprob_chunk_rows)
         self.step_idx = 0
         self.last_checkpoint: Path | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,9 +106,16 @@ class Trainer:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is not None:
                 self._restore(ckpt)
-        dump_config(cfg, self.run_dir / "config.yaml")
-        self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
-                                    resume_step=self.step_idx if resume else None)
+        self.logger = None  # rank 0 logs
+        if ctx.main:
+            dump_config(cfg, self.run_dir / "config.yaml")
+            self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
+                                        resume_step=self.step_idx if resume else None, rollouts=t.save_rollouts)
+
+    @property
+    def model(self):
+        """The trained module (fp32 masters; FSDP2-sharded under torchrun)."""
+        return self.policy.train
 
     # -- state -----------------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -107,7 +123,7 @@ class Trainer:
                 "controller": self.controller.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def _restore(self, ckpt: Path) -> None:
-        state = load_checkpoint(ckpt, self.model, self.optimizer)
+        state = load_checkpoint(ckpt, self.policy, self.optimizer, self.ctx)
         self.step_idx = state["step"]
         self.worker.draws = state["draws"]
         self.sampler.load_state_dict(state["sampler"])
@@ -119,8 +135,8 @@ class Trainer:
             load_weights(self.reference, iter_safetensors([ref]))
 
     def save(self) -> Path:
-        self.last_checkpoint = save_checkpoint(self.run_dir, self.step_idx, self.model, self.optimizer, self.tokenizer,
-                                               self._state(), self.hf_config, self.cfg.train.keep_checkpoints)
+        self.last_checkpoint = save_checkpoint(self.run_dir, self.step_idx, self.policy, self.optimizer, self.tokenizer,
+                                               self._state(), self.hf_config, self.ctx, self.cfg.train.keep_checkpoints)
         return self.last_checkpoint
 
     # -- one step --------------------------------------------------------------------------------
@@ -130,15 +146,22 @@ class Trainer:
         B = cfg.train.rollout_batch_size
         if B % G:
             raise UserError(f"group size {G} does not divide train.rollout_batch_size {B}")
-        phase = self.worker.step(B // G, G, self.shaper, cfg.algo.max_refill_rounds)
+        with out_of_memory("the rollout", "engine.gpu_memory_utilization, engine.max_batch_size or "
+                           "rollout.max_new_tokens", self.last_checkpoint):
+            phase = self.worker.step(B // G, G, self.shaper, cfg.algo.max_refill_rounds)
         self.last_phase = phase  # kept for reports (timeline, length histogram)
         t_gen = sum(tr.t_end for tr in phase.traces)
         metrics = self._rollout_metrics(phase, G)
         metrics |= self.controller.metrics()
         metrics |= self.shaper.metrics(phase.groups)
         t1 = time.perf_counter()
+        if self.release_kv:  # rollout K/V and training activations need not fit at once
+            self.engine.release_kv()
         if phase.groups:
-            metrics |= self._update(phase.groups)
+            with out_of_memory("the update", "train.micro_batch_tokens or train.micro_batch_size, or set "
+                               "train.activation_checkpointing=true", self.last_checkpoint):
+                metrics |= self._update(phase.groups)
+        self.policy.sync_rollout()  # the engine's weights follow the masters (in place)
         metrics["timing_s/update"] = time.perf_counter() - t1
         if self.shaper.step_of(PodsSelect) is not None:
             metrics["pods/update_time_saved_s"] = update_time_saved(metrics["timing_s/update"], metrics["pods/kept_token_frac"])
@@ -153,18 +176,19 @@ class Trainer:
         scores = torch.tensor([s for g in groups for s in g.scores])
         ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
         adv = ADVANTAGES[self.cfg.algo.advantage](scores, ids)
-        dev = next(self.model.parameters()).device
+        dev = self.policy.rollout.embed_tokens.weight.device  # the masters' device (sharded or not)
         batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
                                  [r.token_ids for g in groups for r in g.rollouts], adv,
                                  pad_id=self.tokenizer.pad_token_id or 0, device=dev)
         mb = (self.spec.micro_batch_size, self.spec.temperature, self.spec.micro_batch_tokens)
+        par = {"ctx": self.ctx, "autocast": self.policy.autocast}
         if self.reference is not None:
-            batch.ref_logp = batch_logprobs(self.reference, batch, *mb)
+            batch.ref_logp = batch_logprobs(self.reference, batch, *mb, **par, chunk_rows=self.spec.chunk_rows)
         if self.cfg.algo.ppo_epochs > 1:
-            batch.old_logp = batch_logprobs(self.model, batch, *mb)
+            batch.old_logp = batch_logprobs(self.model, batch, *mb, **par, chunk_rows=self.spec.chunk_rows)
         out: dict[str, float] = {}
         for _ in range(self.cfg.algo.ppo_epochs):
-            out = update_step(self.model, self.optimizer, batch, self.spec)
+            out = update_step(self.model, self.optimizer, batch, self.spec, **par)
         out["actor/advantage_abs_mean"] = adv.abs().mean().item()
         return out
 
@@ -211,11 +235,12 @@ class Trainer:
         """Run to train.total_steps (or the time / prompt budget); checkpoint per train.save_every and at the end."""
         t = self.cfg.train
         history = []
-        if self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
+        main = self.ctx.main
+        if main and self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
             save_file({k: v.contiguous().cpu() for k, v in hf_state_dict(self.reference).items()},
                       str(self.run_dir / "reference.safetensors"))
         try:
-            if self.eval_examples and self.step_idx == 0:
+            if main and self.eval_examples and self.step_idx == 0:
                 self.logger.log(0, self.evaluate())
             spent = 0.0
 
@@ -229,28 +254,39 @@ class Trainer:
                 except TrainingDiverged as e:
                     kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
                     raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
-                spent += metrics["timing_s/step"]
+                spent += max(self.ctx.gather(metrics["timing_s/step"]))  # the slowest rank: one decision for all
                 metrics["timing_s/cumulative"] = spent
                 last = self.step_idx == t.total_steps or budget_spent()
-                if self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
+                if main and self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
                     metrics |= self.evaluate()
-                self.logger.log(self.step_idx, metrics)
-                self.logger.log_traces(self.step_idx, self.last_phase.traces)
+                if main:
+                    self.logger.log(self.step_idx, metrics)
+                    self.logger.log_traces(self.step_idx, self.last_phase.traces)
+                    self.logger.log_rollouts(self.step_idx, self.last_phase.generated, self.last_phase.groups)
                 history.append(metrics)
                 if on_step:
                     on_step(self.step_idx, metrics)
                 if (t.save_every and self.step_idx % t.save_every == 0) or last:
                     self.save()
         finally:
-            self.logger.close()
+            if self.logger is not None:
+                self.logger.close()
             self.reward.close()  # a reward pool's worker processes
-        (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx, "checkpoint": str(self.last_checkpoint)}))
+        if main:
+            (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx,
+                                                                 "checkpoint": str(self.last_checkpoint)}))
         return history
 
 
 def run_dir_for(cfg: Config) -> Path:
-    name = cfg.train.run_name or time.strftime("%Y%m%d-%H%M%S")
-    return Path(cfg.train.out_dir) / name
+    """out_dir / run_name; without a run name the start time, or under torchrun the rendezvous id (every rank,
+    on every node, must name the same folder)."""
+    name = cfg.train.run_name
+    if not name and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        name = os.environ.get("TORCHELASTIC_RUN_ID", "none")
+        if name == "none":
+            raise UserError("under torchrun set train.run_name (or --run-dir): every rank must write one run folder")
+    return Path(cfg.train.out_dir) / (name or time.strftime("%Y%m%d-%H%M%S"))
 
 
 def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
@@ -261,3 +297,14 @@ def resume_config(run_dir: str | Path, overrides: list[str]) -> Config:
 
 
 __all__ = ["Trainer", "resume_config", "run_dir_for"]
+
+
+@contextlib.contextmanager
+def out_of_memory(where: str, lower: str, last_checkpoint: Path | None):
+    """A CUDA OOM in `where` as one line naming the settings to lower; the last checkpoint is kept."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        kept = f"; last checkpoint kept: {last_checkpoint}" if last_checkpoint else ""
+        raise UserError(f"CUDA out of memory in {where}: lower {lower}{kept}") from e
+
