@@ -85,6 +85,10 @@ class EngineConfig:
     max_prefill_tokens: int = opt(8192, "tokens per prefill forward (admission budget)")
     sampler: str = opt("blocked", "keyed sampler (tailrl/engine/keyed.py): blocked (inverse CDF in fp32 by blocks, "
                        "no host sync) | inverse_cdf (float64 over the vocabulary) | gumbel")
+    exact: str = opt("fast", "fast (stock kernels: tokens may depend on batch composition where float reductions "
+                     "do) | strict (batch-invariant kernels on every reduction of the token path, in the engine "
+                     "and the trainer's logprob forward: rollout logprobs equal the trainer's bitwise; on a CPU "
+                     "they run under the Triton interpreter)")
     attention: str = opt("auto", "auto (triton on CUDA when Triton is installed, else torch) | torch (dense gather "
                          "+ SDPA, the oracle) | triton (paged kernels, fused norm / rotary / SiLU*mul)")
     static_decode: bool | None = opt(None, "decode steps on static per-bucket buffers with keyed sampling inside "
