@@ -2,7 +2,7 @@
 (B, hidden) x (hidden, V) fp32 LM-head matmul (SmolLM2-135M's hidden 576 by default) and every sampler in
 SAMPLERS (inverse_cdf: float64 cumsum; gumbel: V keyed numbers per token; blocked: two-level fp32 /
 integer inverse CDF) at temperature 1, with top_p = 1 and with top_p < 1. Flags come from the host-side
-parameters, as in the engine, so no sampler pays a host sync. DESIGN.md: measure before choosing.
+parameters, as in the engine, so no sampler pays a host sync. The figures behind the default: docs/results.md.
 
     python benchmarks/sampler_cost.py --batch 64 --vocab 49152 151936 --threads 2
 

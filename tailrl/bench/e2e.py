@@ -40,7 +40,11 @@ class Evaluator:
 
     def __call__(self, named_tensors) -> float:
         load_weights(self.trainer.model, named_tensors)
+        self.trainer.policy.sync_rollout()  # the engine evaluates its own copy when model.dtype is not fp32
         return self.trainer.evaluate()["eval/accuracy"]
+
+    def close(self) -> None:
+        self.trainer.close()
 
 
 def _text(x) -> str:
@@ -149,7 +153,10 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
     t0 = time.perf_counter()
     if "trl" in systems:
         evaluator = Evaluator(task, model_dir, root / "eval")
-        runs["trl"] = run_trl(task, model_dir, root / "trl", steps, eval_every, evaluator)
+        try:
+            runs["trl"] = run_trl(task, model_dir, root / "trl", steps, eval_every, evaluator)
+        finally:
+            evaluator.close()
         print(f"trl: {sum(runs['trl']['step_s']):.1f}s of steps ({time.perf_counter() - t0:.0f}s wall)", flush=True)
     if "off" in systems:
         runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, [])

@@ -104,6 +104,26 @@ def add(sub) -> None:
     q.add_argument("--group", type=int, default=8)
     q.add_argument("--max-new-tokens", type=int, default=512)
     q.add_argument("--out-dir", default="runs/bench-rewards")
+    q = bs.add_parser("exactness", help="token identity of the same requests alone vs batched, with speculation, "
+                      "CUDA graphs and TP2, and rollout vs trainer logprobs, for one engine.exact mode")
+    q.set_defaults(run=exactness)
+    q.add_argument("--exact", default="fast", choices=["fast", "strict"], help="engine.exact of every run")
+    q.add_argument("--sequences", type=int, default=1000, help="sequences (prompts x 8 samples)")
+    q.add_argument("--new-tokens", type=int, default=256, help="tokens generated per sequence (forced)")
+    q.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256],
+                   help="max_batch_size of the batched runs (the reference is batch 1)")
+    q.add_argument("--shape", default="small", help="model shape with random weights: small (4 layers, hidden "
+                   "256), tiny (2 layers, hidden 64, vocab 512: for --exact strict on a CPU, where the kernels run "
+                   "under the Triton interpreter) or smollm2-135m / qwen2.5-0.5b / qwen2.5-1.5b")
+    q.add_argument("--no-spec", action="store_true", help="skip the speculative runs")
+    q.add_argument("--no-tp", action="store_true", help="skip the TP2 run (2 gloo ranks on the CPU)")
+    q.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
+    q.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, float32 on CPU")
+    q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine options for every run, e.g. --engine attention=torch")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    q.add_argument("--out-dir", default="runs/bench-exactness")
 
 
 def pods(a) -> int:
@@ -189,7 +209,6 @@ def engine(a) -> int:
     import torch
 
     from tailrl.bench.engine import run_engine_bench
-    from tailrl.config import EngineConfig, load_config, to_dict
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.startswith("cuda")
@@ -199,9 +218,7 @@ def engine(a) -> int:
         raise UserError("need batch sizes >= 1, --warmup >= 0, --repeat >= 1, --tail-batch >= 1, --tail-max-len >= 8")
     if a.threads:
         torch.set_num_threads(a.threads)
-    cfg = load_config(None, a.engine, cls=EngineConfig)  # checks the keys and types
-    base = to_dict(EngineConfig())
-    overrides = {k: v for k, v in to_dict(cfg).items() if v != base[k]}
+    overrides = _engine_overrides(a.engine)
     run_engine_bench(a.out_dir, a.shapes or (["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["smollm2-135m"]),
                      a.batches, a.context or (512 if cuda else 128), a.steps or (20 if cuda else 5), a.warmup, device,
                      a.dtype or ("bfloat16" if cuda else "float32"), not a.no_tail, a.tail_batch, a.tail_max_len,
@@ -220,3 +237,34 @@ def rewards(a) -> int:
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0
 
+
+def _engine_overrides(pairs: list[str]) -> dict:
+    """--engine KEY=VALUE options, checked (keys and types) against EngineConfig: the ones that differ from
+    the defaults."""
+    # lazy: the CLI imports a command's stack only when the command runs
+    from tailrl.config import EngineConfig, load_config, to_dict
+
+    cfg = load_config(None, pairs, cls=EngineConfig)
+    base = to_dict(EngineConfig())
+    return {k: v for k, v in to_dict(cfg).items() if v != base[k]}
+
+
+def exactness(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    import torch
+
+    from tailrl.bench.exactness import run_exactness_bench
+
+    if a.device and a.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda: this machine has no CUDA device")
+    if a.sequences < 1 or a.new_tokens < 1 or min(a.batches) < 1:
+        raise UserError("need --sequences >= 1, --new-tokens >= 1 and batch sizes >= 1")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    overrides = _engine_overrides(a.engine)
+    if "exact" in overrides or "max_batch_size" in overrides:
+        raise UserError("--engine exact / max_batch_size: use --exact and --batches")
+    run_exactness_bench(a.out_dir, a.sequences, a.new_tokens, a.shape, a.device, a.dtype, a.exact, a.batches,
+                        not a.no_spec, not a.no_tp, overrides, a.seed)
+    print((Path(a.out_dir) / "summary.md").read_text())
+    return 0

@@ -29,7 +29,8 @@ class CoupledSpecConfig:
     ngram_max: int = opt(6, "n-gram drafters: longest suffix matched")
     history_per_prompt: int = opt(32, "history drafter: earlier rollouts of a prompt kept as draft sources")
     best_of_n: bool = opt(True, "give the lowest-acceptance requests every drafter's proposal (a token tree) once "
-                          "the batch has shrunk")
+                          "the batch has shrunk (torch attention only: trees verify on the dense path; off in "
+                          "exact=strict)")
     bon_spare: float = opt(0.5, "Best-of-N only while the verify forward stays within (1 + bon_spare) x its "
                            "fixed cost")
     ladder: str = opt("", "draft-ladder JSON from `tailrl profile ladder` (empty: analytic, from the online "
@@ -199,6 +200,8 @@ class TrainConfig:
                                          "activations (less memory, one more forward)")
     release_kv_during_update: bool | None = opt(None, "free the engine's KV pool during the update and allocate it "
                                                 "again for the next rollout (unset: on with CUDA)")
+    dist_timeout_s: float = opt(7200.0, "torchrun: seconds a collective may wait for the other ranks (a rank "
+                                "with a long rollout tail is waited for; a hung rank fails the job after this)")
     lr: float = opt(1e-6, "AdamW learning rate")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     adam_betas: tuple[float, ...] = opt((0.9, 0.999), "AdamW betas")

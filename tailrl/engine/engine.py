@@ -44,10 +44,12 @@ class Engine:
         self.model = model
         self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
+        model.max_positions = max(model.max_positions, self.max_model_len)  # the fused path's rotary table
         device = next(model.parameters()).device
-        self.execution = ex = resolve_execution(config, device)  # attention backend, static steps, graphs
-        self.cache = PagedKVCache(model, kv_pool_tokens(config, model, device, self.max_model_len), config.block_size,
-                                  grow=ex.grow_pool)
+        self.execution = ex = resolve_execution(config, device, model.tp.size)  # exactness, attention backend, static steps, graphs
+        if ex.strict:
+            model.set_strict(True)  # every forward of this model, the trainer's too (model/strict.py)
+        self.cache = PagedKVCache(model, self._pool_tokens(), config.block_size, grow=ex.grow_pool)
         self.runner = ModelRunner(model, self.cache, ex.attention)
         self.static = StaticStep(self, ex.graphs) if ex.static else None
         self.scheduler = Scheduler(self.cache, config.max_batch_size, config.max_prefill_tokens)
@@ -176,12 +178,12 @@ class Engine:
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
         """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V); positions default to each
         sequence's next index."""
-        return sample_rows(seqs, logits, positions, self.config.sampler)
+        return sample_rows(seqs, logits, positions, self.config.sampler, self.execution.strict)
 
     def sample_windows(self, seqs: list[Sequence], logits: torch.Tensor, counts: list[int]):
         """Keyed samples at positions num_generated + 0 .. counts[i] - 1 of each sequence (a verify
         window); logits (sum(counts), V)."""
-        return sample_windows(seqs, logits, counts, self.config.sampler)
+        return sample_windows(seqs, logits, counts, self.config.sampler, self.execution.strict)
 
     def commit(self, seq: Sequence, num_cached: int, tokens: list[int], logprobs: list[float]) -> int:
         """Accept verified tokens: the cache keeps K/V of seq's first `num_cached` positions (the rest is
@@ -274,7 +276,8 @@ class Engine:
                  ) -> tuple[list[Rollout], RolloutTrace]:
         """Run requests to completion. Returns rollouts sorted by (uid, sample index) and the trace."""
         self.trace = RolloutTrace(tau=self.tau)
-        self.cache.restore()  # after release_kv()
+        if self.cache.released:  # after release_kv(): measured again, the update may have changed free memory
+            self.cache.restore(self._pool_tokens())
         self.clock.reset()
         self.strategy.begin_rollout()
         out: list[Rollout] = []
@@ -300,10 +303,18 @@ class Engine:
 
     def release_kv(self) -> None:
         """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()
-        allocates it again, and static decode steps capture their graphs again."""
-        self.cache.release()
+        measures free memory and allocates it again, and static decode steps capture their graphs again.
+        Idempotent."""
         if self.static is not None:
             self.static.reset()
+        self.cache.release()
+        if self.cache.kv.is_cuda:
+            torch.cuda.empty_cache()  # hand the pool's memory back so the update's allocator can reuse it
+
+    def _pool_tokens(self) -> int:
+        """The KV pool's capacity now (engine.kv_cache_tokens, on CUDA capped by free memory)."""
+        return kv_pool_tokens(self.config, self.model, next(self.model.parameters()).device, self.max_model_len,
+                              tp_group=self.model.tp.group)
 
     def calibrate_b1(self, reps: int = 8) -> float:
         """Median wall time of a batch-1 decode step (short context); cached per engine."""

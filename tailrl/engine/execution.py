@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from tailrl import kernels
 from tailrl.config import EngineConfig
@@ -20,22 +21,36 @@ from tailrl.errors import UserError
 ATTENTION = ("auto", "torch", "triton")
 
 
+EXACT = ("fast", "strict")
+
+
 @dataclass(frozen=True)
 class Execution:
+    strict: bool  # engine.exact=strict: batch-invariant kernels on the whole token path (model/strict.py)
     attention: str  # torch | triton
     static: bool  # decode steps on static buffers (engine/static_step.py)
     graphs: bool  # ... captured as CUDA graphs
     grow_pool: bool  # the KV pool grows with need (CPU) instead of being allocated whole
 
 
-def resolve_execution(cfg: EngineConfig, device: torch.device) -> Execution:
+def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1) -> Execution:
+    """tp_size > 1: CUDA graphs stay off by default (a captured step would hold the TP collectives)."""
     cuda = device.type == "cuda"
     if cfg.sampler not in SAMPLERS:
         raise UserError(f"unknown engine.sampler '{cfg.sampler}'; valid: {', '.join(SAMPLERS)}")
     if cfg.attention not in ATTENTION:
         raise UserError(f"unknown engine.attention '{cfg.attention}'; valid: {', '.join(ATTENTION)}")
+    if cfg.exact not in EXACT:
+        raise UserError(f"unknown engine.exact '{cfg.exact}'; valid: {', '.join(EXACT)}")
+    strict = cfg.exact == "strict"
     attention = cfg.attention
-    if attention == "auto":
+    if strict:  # every reduction through the invariant kernels, the paged attention kernel included
+        if attention == "torch":
+            raise UserError("engine.exact=strict needs engine.attention=triton (or auto): the batch-invariant "
+                            "paged attention kernel")
+        kernels.require_triton("engine.exact=strict")
+        attention = "triton"
+    elif attention == "auto":
         attention = "triton" if cuda and kernels.HAS_TRITON else "torch"
     elif attention == "triton":
         kernels.require_triton("engine.attention=triton")
@@ -47,7 +62,7 @@ def resolve_execution(cfg: EngineConfig, device: torch.device) -> Execution:
         raise UserError("engine.cuda_graphs=true needs engine.attention=triton (the graph replays the paged "
                         "kernels over static block tables)")
     if graphs is None:
-        graphs = cuda and attention == "triton"
+        graphs = cuda and attention == "triton" and cfg.static_decode is not False and tp_size == 1
     static = cfg.static_decode if cfg.static_decode is not None else graphs
     if static and attention != "triton":
         raise UserError("engine.static_decode=true needs engine.attention=triton")
@@ -55,12 +70,13 @@ def resolve_execution(cfg: EngineConfig, device: torch.device) -> Execution:
         raise UserError("engine.cuda_graphs=true captures static decode steps: leave engine.static_decode unset")
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise UserError(f"engine.gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
-    return Execution(attention, bool(static), bool(graphs), grow_pool=not cuda)
+    return Execution(strict, attention, bool(static), bool(graphs), grow_pool=not cuda)
 
 
-def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len: int) -> int:
+def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len: int, tp_group=None) -> int:
     """Tokens the KV pool holds: engine.kv_cache_tokens, on CUDA capped by what fits in free memory up to
-    gpu_memory_utilization of the device. One sequence of max_model_len must fit when that length was set
+    gpu_memory_utilization of the device (under TP the least any rank of tp_group fits: every rank must
+    hold the same blocks). One sequence of max_model_len must fit when that length was set
     (engine.max_model_len) or the pool was sized from memory."""
     tokens = cfg.kv_cache_tokens
     where = f"engine.kv_cache_tokens ({tokens})"
@@ -71,6 +87,10 @@ def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len
         heads, head_dim = model.kv_shape_per_token
         per_token = 2 * model.args.num_layers * heads * head_dim * p.element_size()
         fit = max(0, int(budget // per_token))
+        if tp_group is not None:  # collective: the smallest fit over the TP ranks
+            t = torch.tensor([fit], dtype=torch.long, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=tp_group)
+            fit = int(t.item())
         if fit < tokens:
             tokens = fit
             where = (f"the KV pool that fits in engine.gpu_memory_utilization={cfg.gpu_memory_utilization} "

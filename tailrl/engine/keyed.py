@@ -7,7 +7,7 @@ masked to 32 bits, identical on CPU and CUDA); there are no per-row generators. 
 registered in SAMPLERS:
 
 - inverse_cdf: one keyed uniform per position; token = first index whose cumulative probability
-  exceeds u (a float64 cumsum over the whole vocabulary). The default.
+  exceeds u (a float64 cumsum over the whole vocabulary).
 - gumbel: argmax(log p + Gumbel(key, token)); V random numbers per token.
 - blocked: the same inverse CDF at the same uniform u, with no float64 over the vocabulary: fp32
   weights p = exp((logit - max) / T), fp32 block sums by a fixed pairwise tree of
@@ -16,6 +16,8 @@ registered in SAMPLERS:
   select (histograms) instead of a sort of the vocabulary; ties at the cut are kept. Its tokens agree
   with inverse_cdf's except where u falls within rounding of a token boundary, so couplings built on u
   (coupled speculation) carry over. keyed_sample_hashed runs it fused with its own cut and logprob.
+  The default (engine.sampler): no sort, no float64, a few full-vocabulary passes (0.10-0.25x the
+  LM head's matmul on CPU, docs/results.md), and the same numbers eager or in a CUDA graph.
 
 All draw from exactly softmax(processed logits). Greedy (temperature 0) is argmax for all.
 

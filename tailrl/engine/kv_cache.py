@@ -30,14 +30,20 @@ GROW_FROM_TOKENS = 4096  # a growing pool's first allocation
 class PagedKVCache:
     def __init__(self, model, num_tokens: int, block_size: int, dtype=None, device=None, grow: bool = False):
         self.block_size = block_size
-        self.num_blocks = max(1, num_tokens // block_size)  # capacity
         self._model = model  # makes the larger pool when it grows
-        first = min(self.num_blocks, -(-GROW_FROM_TOKENS // block_size)) if grow else self.num_blocks
-        self.kv = model.new_kv_cache(first * block_size, dtype=dtype, device=device)
+        self._grow_pool = grow
+        self.tables: dict[int, list[int]] = {}  # seq id -> block ids
+        self._allocate(num_tokens, dtype, device)
+
+    def _allocate(self, num_tokens: int, dtype, device) -> None:
+        """A fresh, empty pool of capacity num_tokens (growing: its first allocation only)."""
+        self.num_blocks = max(1, num_tokens // self.block_size)  # capacity
+        first = (min(self.num_blocks, -(-GROW_FROM_TOKENS // self.block_size)) if self._grow_pool
+                 else self.num_blocks)
+        self.kv = self._model.new_kv_cache(first * self.block_size, dtype=dtype, device=device)
         self.refcount = [0] * first
         self.free_blocks = list(range(first - 1, -1, -1))  # pop() gives low ids first
-        self.tables: dict[int, list[int]] = {}  # seq id -> block ids
-        self._released_slots = 0  # the pool's size while release()d
+        self.released = False
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
@@ -46,6 +52,8 @@ class PagedKVCache:
 
     @property
     def num_free(self) -> int:
+        if self.released:
+            return 0
         return len(self.free_blocks) + self.num_blocks - self.allocated_blocks
 
     def blocks_for(self, n_tokens: int) -> int:
@@ -130,17 +138,20 @@ class PagedKVCache:
 
     # -- the pool's memory between rollouts -----------------------------------------------------
     def release(self) -> None:
-        """Free the pool's memory (every sequence must be gone): the update can use it; restore() before use."""
+        """Free the pool's memory (every sequence must be gone): the update can use it; restore() before
+        use. Idempotent."""
         if self.tables:
             raise RuntimeError("release() with live sequences")
-        self._released_slots = self.kv.shape[2]
-        self.kv = self.kv.new_empty(0)
+        if not self.released:
+            self.kv = self.kv.new_empty(0)
+            self.refcount, self.free_blocks, self.released = [], [], True
 
-    def restore(self) -> None:
-        """Allocate the pool again after release() (new memory: captured graphs must be captured again)."""
-        if self._released_slots:
-            self.kv = self._model.new_kv_cache(self._released_slots, dtype=self.kv.dtype, device=self.kv.device)
-            self._released_slots = 0
+    def restore(self, num_tokens: int) -> None:
+        """After release(): a fresh pool of capacity num_tokens (measured again by the caller: the update may
+        have left less, or more, free memory). New memory: captured graphs must be captured again.
+        A no-op when not released."""
+        if self.released:
+            self._allocate(num_tokens, self.kv.dtype, self.kv.device)
 
     # -- tensor work ---------------------------------------------------------------------------
     def _copy_block(self, src: int, dst: int) -> None:

@@ -73,7 +73,7 @@ def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int
 
 
 def build_paged_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
-                         device, sliding_window: int | None = None) -> tuple[PagedMetadata, torch.Tensor]:
+                         device) -> tuple[PagedMetadata, torch.Tensor]:
     """PagedMetadata for B rows, row b writing `lengths[b]` new tokens at positions starts[b]...
     Returns (metadata, rotary positions (B, T) int64; 0 on padding)."""
     T = max(lengths)
@@ -85,11 +85,9 @@ def build_paged_metadata(tables: list[list[int]], starts: list[int], lengths: li
     pos = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T)
     valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)
     slot = bt.gather(1, (pos // block_size).clamp(max=nb - 1)) * block_size + pos % block_size
-    fresh = not any(starts) and (sliding_window is None or T <= sliding_window)
     meta = PagedMetadata(block_tables=bt.to(torch.int32).to(device), starts=start.to(torch.int32).to(device),
                          q_lens=n_new.to(torch.int32).to(device),
-                         slot_mapping=torch.where(valid, slot, -1).reshape(-1).to(device), block_size=block_size,
-                         causal_prefill=fresh)
+                         slot_mapping=torch.where(valid, slot, -1).reshape(-1).to(device), block_size=block_size)
     return meta, torch.where(valid, pos, 0).to(device)
 
 
@@ -112,8 +110,7 @@ class ModelRunner:
         ids = torch.tensor([t + [0] * (T - len(t)) for t in tokens], dtype=torch.long)  # (B, T)
         tables = [self.cache.tables[s] for s in seq_ids]
         if self.attention == "triton" and tree_mask is None:
-            meta, positions = build_paged_metadata(tables, starts, lengths, self.cache.block_size, self.device,
-                                                   self.model.args.sliding_window)
+            meta, positions = build_paged_metadata(tables, starts, lengths, self.cache.block_size, self.device)
         else:
             meta, positions = build_metadata(tables, starts, lengths, self.cache.block_size, self.device,
                                              self.model.args.sliding_window, tree_mask, tree_depth)

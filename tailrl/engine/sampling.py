@@ -12,6 +12,7 @@ import torch
 
 from tailrl.engine.keyed import Flags, host_flags, keyed_sample_hashed, position_hash
 from tailrl.engine.sequence import Sequence
+from tailrl.model import strict as strict_ops
 
 
 def sample_keys(seqs: list[Sequence], positions: list[int] | None = None, device=None) -> torch.Tensor:
@@ -45,15 +46,35 @@ def row_params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor
     return p[:, 0].float(), p[:, 1].long(), p[:, 2].float()
 
 
-def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str):
+def invariant_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor,
+                       temperatures: set[float]) -> torch.Tensor:
+    """Strict mode's logprobs: logits (B, V), tokens (B,), temperature (B,) (its distinct values on the host:
+    `temperatures`) -> (B,) the trainer's token_logprobs (one row per program; greedy rows at T = 1, as the
+    trainer scores them)."""
+    out = torch.zeros(tokens.shape, dtype=torch.float32, device=logits.device)
+    for t in sorted(temperatures):
+        lp = strict_ops.token_logprobs(logits, tokens, t if t > 0 else 1.0)
+        out = torch.where(temperature == t, lp, out)
+    return out
+
+
+def _strict(logits, tokens, temperature, seqs):
+    return invariant_logprobs(logits, tokens, temperature, {s.request.params.temperature for s in seqs})
+
+
+def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str,
+                strict: bool = False):
     """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
-    parameters: the engine's sampler, shared with drafters that sample in another process."""
+    parameters: the engine's sampler, shared with drafters that sample in another process. strict: the
+    logprobs recomputed as the trainer's invariant forward computes them."""
     dev = logits.device
-    return keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), *row_params(seqs, dev), sampler,
-                               seq_flags(seqs))
+    temp, top_k, top_p = row_params(seqs, dev)
+    tokens, logps = keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), temp, top_k, top_p, sampler,
+                                        seq_flags(seqs))
+    return (tokens, _strict(logits, tokens, temp, seqs)) if strict else (tokens, logps)
 
 
-def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str):
+def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str, strict: bool = False):
     """Keyed samples for consecutive positions of each sequence: logits (sum(counts), V) holds counts[i]
     rows for seqs[i] at positions num_generated + 0 .. counts[i] - 1 (a verify window). The same keys and
     parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
@@ -64,4 +85,6 @@ def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int]
     start = torch.cumsum(c, 0) - c
     pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
     temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in row_params(seqs, dev))
-    return keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler, seq_flags(seqs))
+    tokens, logps = keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler,
+                                        seq_flags(seqs))
+    return (tokens, _strict(logits, tokens, temp, seqs)) if strict else (tokens, logps)

@@ -8,8 +8,9 @@ flat *slots*. The engine decides which slots a request owns; the model only foll
   (a token tree is just a mask) and rollback (the engine forgets slots; nothing here changes).
 - `PagedMetadata` (engine.attention=triton): block tables, per-row start and new-token count, slot of
   every new token; the Triton store-KV and paged-attention kernels read the pools directly (no dense
-  gather, no mask). A fresh-prompt prefill may run causal SDPA over the new tokens instead. Shapes are
-  fixed by the batch bucket, so a decode step over it can be captured as a CUDA graph.
+  gather, no mask). Prefill, decode, recompute after preemption and speculative verify all take the one
+  kernel, so a position's K/V and logits are the same whichever forward computed them. Shapes are fixed
+  by the batch bucket, so a decode step over it can be captured as a CUDA graph.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tailrl import kernels
+from tailrl.model import strict
 from tailrl.model.layers import (
     NO_TP,
     ColumnParallelLinear,
@@ -58,8 +60,6 @@ class PagedMetadata:
     q_lens:        (B,) int32 real new tokens per row (0: a padding row)
     slot_mapping:  (B * T,) int64 cache slot of every new token, -1 for padding
     block_size:    tokens per block
-    causal_prefill: every row starts at 0 (a fresh prompt): attend with causal SDPA over the new tokens
-                   (flash where available) instead of the paged kernel
     """
 
     block_tables: torch.Tensor
@@ -67,7 +67,6 @@ class PagedMetadata:
     q_lens: torch.Tensor
     slot_mapping: torch.Tensor
     block_size: int
-    causal_prefill: bool = False
 
 
 def sliding_causal_mask(T: int, window: int, device) -> torch.Tensor:
@@ -78,6 +77,8 @@ def sliding_causal_mask(T: int, window: int, device) -> torch.Tensor:
 
 
 class Attention(nn.Module):
+    strict = False  # engine.exact=strict: the kernels' path in training too (model/strict.py)
+
     def __init__(self, args, tp: TPContext = NO_TP):
         super().__init__()
         if args.num_heads % tp.size or args.num_kv_heads % tp.size:
@@ -103,8 +104,9 @@ class Attention(nn.Module):
         kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """x: (B, T, hidden) -> (B, T, hidden). kv: this layer's (k_pool, v_pool), each (slots, n_kv, D).
-        With PagedMetadata, cos is the rotary table (max_positions, D) and sin the positions (B, T)."""
-        if isinstance(attn, PagedMetadata):
+        With PagedMetadata, or in strict mode, cos is the rotary table (max_positions, D) and sin the
+        positions (B, T) (the kernels' path)."""
+        if isinstance(attn, PagedMetadata) or self.strict:
             return self._paged(x, cos, sin, attn, kv)
         B, T, _ = x.shape
         hd = self.head_dim
@@ -139,27 +141,30 @@ class Attention(nn.Module):
         o = o.transpose(1, 2).reshape(B, T, self.n_heads * hd)
         return self.o_proj(o)
 
-    def _paged(self, x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor, attn: PagedMetadata,
-               kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """The Triton path: x (B, T, hidden), table (max_positions, D) [cos | sin], positions (B, T)."""
+    def _paged(self, x: torch.Tensor, table: torch.Tensor, positions: torch.Tensor, attn: PagedMetadata | None,
+               kv: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """The kernels' path: x (B, T, hidden), table (max_positions, D) [cos | sin], positions (B, T). attn is
+        None for a strict training forward (whole causal sequences, no cache)."""
         B, T, _ = x.shape
         hd = self.head_dim
+        ops = strict if self.strict else kernels  # strict: the same kernels, with a backward
         q, k, v = self.qkv_proj(x).split([self.n_heads * hd, self.n_kv * hd, self.n_kv * hd], dim=-1)
         q = q.reshape(B * T, self.n_heads, hd)
         k = k.reshape(B * T, self.n_kv, hd)
         v = v.reshape(B * T, self.n_kv, hd)
         if self.q_norm is not None:
-            q = kernels.rms_norm(q, self.q_norm.weight, self.q_norm.eps)
-            k = kernels.rms_norm(k, self.k_norm.weight, self.k_norm.eps)
-        q, k = kernels.apply_rotary(q, k, table, positions.reshape(-1))
+            q = ops.rms_norm(q, self.q_norm.weight, self.q_norm.eps)
+            k = ops.rms_norm(k, self.k_norm.weight, self.k_norm.eps)
+        q, k = ops.apply_rotary(q, k, table, positions.reshape(-1))
+        if attn is None:
+            o = strict.causal_attention(q.view(B, T, self.n_heads, hd), k.view(B, T, self.n_kv, hd),
+                                        v.reshape(B, T, self.n_kv, hd), self.sliding_window or 0)
+            return self.o_proj(o.reshape(B, T, self.n_heads * hd))
         k_pool, v_pool = kv
         kernels.store_kv(k, v, k_pool, v_pool, attn.slot_mapping)
-        if attn.causal_prefill:  # right-padded fresh prompts: a real query never sees a padding key
-            qt, kt, vt = (t.view(B, T, -1, hd).transpose(1, 2) for t in (q, k, v))
-            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=T > 1, enable_gqa=True).transpose(1, 2)
-        else:
-            o = kernels.paged_attention(q.view(B, T, self.n_heads, hd), k_pool, v_pool, attn.block_tables,
-                                        attn.starts, attn.q_lens, attn.block_size, hd ** -0.5,
-                                        self.sliding_window or 0)  # (B, T, H, D)
+        # one kernel for every forward (no SDPA shortcut for prefills: a recompute after preemption must
+        # give the K/V the decode steps gave)
+        o = kernels.paged_attention(q.view(B, T, self.n_heads, hd), k_pool, v_pool, attn.block_tables, attn.starts,
+                                    attn.q_lens, attn.block_size, hd ** -0.5, self.sliding_window or 0)  # (B,T,H,D)
         return self.o_proj(o.reshape(B, T, self.n_heads * hd))
 

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from tailrl import kernels
 from tailrl.algo.chunked_logprobs import chunked_token_logprobs
 from tailrl.algo.logprobs import token_logprobs
+from tailrl.model import strict
 from tailrl.model.args import ModelArgs
 from tailrl.model.attention import Attention, AttnMetadata, PagedMetadata
 from tailrl.model.layers import (
@@ -59,16 +60,17 @@ class DecoderLayer(nn.Module):
 
     def forward_fused(self, h: torch.Tensor, residual: torch.Tensor | None, table: torch.Tensor,
                       positions: torch.Tensor, attn: PagedMetadata, kv) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Triton path: (h, residual) (B, T, hidden) each -> this layer's (output, residual); the sum
-        output + residual is the residual stream forward() returns."""
+        """The kernels' path: (h, residual) (B, T, hidden) each -> this layer's (output, residual); the sum
+        output + residual is the residual stream forward() returns. Strict: the same kernels, differentiable."""
+        ops = strict if self.self_attn.strict else kernels
         n1, n2 = self.input_layernorm, self.post_attention_layernorm
         if residual is None:
-            x, residual = kernels.rms_norm(h, n1.weight, n1.eps), h
+            x, residual = ops.rms_norm(h, n1.weight, n1.eps), h
         else:
-            x, residual = kernels.rms_norm(h, n1.weight, n1.eps, residual=residual)
+            x, residual = ops.rms_norm(h, n1.weight, n1.eps, residual=residual)
         a = self.self_attn(x, table, positions, attn, kv)
-        x, residual = kernels.rms_norm(a, n2.weight, n2.eps, residual=residual)
-        return self.mlp.down_proj(kernels.silu_mul(self.mlp.gate_up_proj(x))), residual
+        x, residual = ops.rms_norm(a, n2.weight, n2.eps, residual=residual)
+        return self.mlp.down_proj(ops.silu_mul(self.mlp.gate_up_proj(x))), residual
 
 
 class CausalLM(nn.Module):
@@ -82,9 +84,20 @@ class CausalLM(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(args, tp) for _ in range(args.num_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.rotary = Rotary(args.head_dim, args.rope_theta, args.rope_scaling)
+        self.max_positions = args.max_position_embeddings  # rotary table rows (an engine may raise it)
         tied = self.embed_tokens if args.tie_word_embeddings else None
         self.lm_head = ParallelLMHead(args.vocab_size, args.hidden_size, tp, tied=tied)
         self.checkpointing = False  # train.activation_checkpointing: recompute each layer in backward
+        self.strict = False  # engine.exact=strict (set_strict)
+        self.compute_dtype: torch.dtype | None = None  # strict training on fp32 masters: the engine's dtype
+
+    def set_strict(self, on: bool, compute_dtype: torch.dtype | None = None) -> None:
+        """engine.exact=strict: every reduction of the forward through the batch-invariant kernels, in a strict
+        training forward too (model/strict.py); compute_dtype: cast to it after the embedding (the engine's)."""
+        self.strict, self.compute_dtype = on, compute_dtype
+        for m in self.modules():
+            if hasattr(type(m), "strict") and m is not self:
+                m.strict = on
 
     @property
     def kv_shape_per_token(self) -> tuple[int, int]:
@@ -116,12 +129,16 @@ class CausalLM(nn.Module):
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
         h = self.embed_tokens(input_ids)  # (B, T, hidden)
-        if isinstance(attn, PagedMetadata):
-            table = self.rotary.table(self.args.max_position_embeddings, h.dtype, h.device)  # (P, D)
+        if isinstance(attn, PagedMetadata) or self.strict:
+            if self.compute_dtype is not None:
+                h = h.to(self.compute_dtype)
+            table = self.rotary.table(self.max_positions, h.dtype, h.device)  # (P, D)
             residual = None
             for i, layer in enumerate(self.layers):
-                h, residual = layer.forward_fused(h, residual, table, positions, attn, (kv_cache[0, i], kv_cache[1, i]))
-            h, _ = kernels.rms_norm(h, self.norm.weight, self.norm.eps, residual=residual)
+                kv = (kv_cache[0, i], kv_cache[1, i]) if kv_cache is not None else None
+                h, residual = layer.forward_fused(h, residual, table, positions, attn, kv)
+            ops = strict if self.strict else kernels
+            h, _ = ops.rms_norm(h, self.norm.weight, self.norm.eps, residual=residual)
         else:
             cos, sin = self.rotary.cos_sin(positions, h.dtype)
             recompute = self.checkpointing and self.training and torch.is_grad_enabled()
@@ -133,6 +150,8 @@ class CausalLM(nn.Module):
             h = h.gather(1, logits_index.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, K, hidden)
         if targets is None:
             return self.lm_head(h)
+        if self.strict:  # the engine's logprob: the invariant head, then one row per program
+            return strict.token_logprobs(self.lm_head(h), targets, temperature)
         head = self.lm_head
         if head.tp.size > 1:  # a vocabulary split over ranks: the plain head (its gather is the collective)
             return token_logprobs(head(h), targets, temperature)

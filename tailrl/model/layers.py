@@ -16,6 +16,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tailrl.model import strict
+
 
 class TPContext:
     """Which tensor-parallel group a layer belongs to. rank 0 of size 1 means no parallelism."""
@@ -109,6 +111,8 @@ class ColumnParallelLinear(nn.Module):
     each part is sharded separately so a rank holds [q_r, k_r, v_r].
     """
 
+    strict = False  # engine.exact=strict: the batch-invariant matmul (model/strict.py)
+
     def __init__(self, in_features: int, parts: list[int], bias: bool, tp: TPContext = NO_TP):
         super().__init__()
         for p in parts:
@@ -131,11 +135,15 @@ class ColumnParallelLinear(nn.Module):
         param.data.narrow(0, start, n).copy_(rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.strict:
+            return strict.linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)  # (..., out/tp); no collective
 
 
 class RowParallelLinear(nn.Module):
     """y = x W^T (+b) with W split by input columns; partial outputs are all-reduced across TP ranks."""
+
+    strict = False  # engine.exact=strict: the batch-invariant matmul (model/strict.py)
 
     def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPContext = NO_TP):
         super().__init__()
@@ -156,7 +164,7 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(full)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)  # (..., out) partial sum over this rank's input slice
+        y = strict.linear(x, self.weight) if self.strict else F.linear(x, self.weight)  # (..., out) partial sum
         if self.tp.size > 1:
             dist.all_reduce(y, group=self.tp.group)  # collective: sum partial products
         if self.bias is not None:
@@ -207,6 +215,8 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(nn.Module):
     """Logits over a vocabulary split across TP ranks, all-gathered to full width."""
 
+    strict = False  # engine.exact=strict: the batch-invariant matmul (model/strict.py)
+
     def __init__(self, vocab: int, dim: int, tp: TPContext = NO_TP, tied: VocabParallelEmbedding | None = None):
         super().__init__()
         self.tp = tp
@@ -223,7 +233,8 @@ class ParallelLMHead(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h: (..., dim) -> logits (..., vocab)."""
         w = self.tied.weight if self.tied is not None else self.weight
-        logits = gather_cat(F.linear(h, w), self.tp, -1)  # (..., vocab / tp) -> (..., padded vocab)
+        local = strict.linear(h, w) if self.strict else F.linear(h, w)  # (..., vocab / tp)
+        logits = gather_cat(local, self.tp, -1)  # -> (..., padded vocab)
         if self.shard * self.tp.size != self.vocab:
             logits = logits[..., : self.vocab]  # drop the last rank's padding rows
         return logits

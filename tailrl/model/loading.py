@@ -141,12 +141,12 @@ def build_model(args: ModelArgs, dtype=torch.float32, device="cpu") -> CausalLM:
 
 
 @torch.no_grad()
-def clone_model(model: CausalLM, dtype=None) -> CausalLM:
-    """A new model with `model`'s weights (in `dtype`, default the same) on the same device. Unlike
-    copy.deepcopy it keeps what the constructor attaches to parameters (the weight loaders)."""
+def clone_model(model: CausalLM, dtype=None, device=None) -> CausalLM:
+    """A new model with `model`'s weights (in `dtype`, default the same) on `device` (default the same).
+    Unlike copy.deepcopy it keeps what the constructor attaches to parameters (the weight loaders)."""
     src = dict(model.named_parameters())
     p = next(iter(src.values()))
-    new = build_model(model.args, dtype or p.dtype, str(p.device))
+    new = build_model(model.args, dtype or p.dtype, str(device or p.device))
     for name, q in new.named_parameters():
         q.copy_(src[name])
     return new.train(model.training)

@@ -16,6 +16,7 @@ class TrainBatch:
     max_completion: int  # C
     old_logp: torch.Tensor | None = None  # (S, C) from the training forward before the first update
     ref_logp: torch.Tensor | None = None  # (S, C) under the frozen reference
+    rollout_logp: torch.Tensor | None = None  # (S, C) the engine's logprobs of the same tokens
 
     @property
     def size(self) -> int:
@@ -36,6 +37,7 @@ class TrainBatch:
                 self.input_ids[rows, :L], self.prompt_lens[rows], self.completion_mask[rows, :C], self.advantages[rows],
                 C, None if self.old_logp is None else self.old_logp[rows, :C],
                 None if self.ref_logp is None else self.ref_logp[rows, :C],
+                None if self.rollout_logp is None else self.rollout_logp[rows, :C],
             )
 
 
@@ -56,15 +58,20 @@ def length_groups(lengths: list[int], max_rows: int, max_tokens: int) -> list[li
 
 
 def make_train_batch(prompts: list[list[int]], completions: list[list[int]], advantages: torch.Tensor,
-                     pad_id: int = 0, device="cpu") -> TrainBatch:
-    """prompts/completions: token ids per kept rollout; advantages: (S,)."""
+                     pad_id: int = 0, device="cpu", rollout_logprobs: list[list[float]] | None = None) -> TrainBatch:
+    """prompts/completions: token ids per kept rollout; advantages: (S,); rollout_logprobs: the engine's
+    logprob of each completion token (for the engine-vs-trainer mismatch metric)."""
     S = len(prompts)
     C = max(1, max(len(c) for c in completions))
     L = max(len(p) + len(c) for p, c in zip(prompts, completions)) + 1  # +1: every row has a pad to predict into
     ids = torch.full((S, L), pad_id, dtype=torch.long)
     mask = torch.zeros(S, C)
+    engine_lp = torch.zeros(S, C, dtype=torch.float32) if rollout_logprobs is not None else None
     for i, (p, c) in enumerate(zip(prompts, completions)):
         ids[i, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
         mask[i, : len(c)] = 1.0
+        if engine_lp is not None and c:
+            engine_lp[i, : len(c)] = torch.tensor(rollout_logprobs[i], dtype=torch.float32)
     return TrainBatch(ids.to(device), torch.tensor([len(p) for p in prompts], device=device), mask.to(device),
-                      advantages.float().to(device), C)
+                      advantages.float().to(device), C,
+                      rollout_logp=engine_lp.to(device) if engine_lp is not None else None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -68,9 +69,11 @@ class DistContext:
 SINGLE = DistContext()
 
 
-def init_distributed(device: str) -> DistContext:
+def init_distributed(device: str, timeout_s: float = 7200.0) -> DistContext:
     """Join torchrun's process group when it launched more than one rank (WORLD_SIZE > 1); a single process
-    otherwise. device: the resolved model.device; on CUDA each rank takes device local_rank."""
+    otherwise. device: the resolved model.device; on CUDA each rank takes device local_rank. timeout_s: how
+    long a collective may wait (train.dist_timeout_s: one rank's long rollout tail is waited for, not an
+    error)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return SINGLE
@@ -79,7 +82,7 @@ def init_distributed(device: str) -> DistContext:
     if cuda:
         torch.cuda.set_device(local)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
     return DistContext(dist.get_rank(), dist.get_world_size(), local)
 
 

@@ -32,10 +32,16 @@ from tailrl.engine import SamplingParams, build_engine
 from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
 from tailrl.model import load
-from tailrl.model.loading import args_to_hf_config, clone_model, iter_safetensors, resolve_device
+from tailrl.model.loading import (
+    args_to_hf_config,
+    clone_model,
+    iter_safetensors,
+    resolve_device,
+    resolve_dtype,
+)
 from tailrl.model.weights import hf_state_dict, load_weights
 from tailrl.rewards import build_reward
-from tailrl.tail import straggler_rate
+from tailrl.tail import len_max_over_median, straggler_rate
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tailrl.train.distributed import init_distributed, rank_device
@@ -53,64 +59,84 @@ class Trainer:
         self.cfg = cfg = validate(cfg)
         self.run_dir = Path(run_dir)
         device = resolve_device(cfg.model.device)
-        self.ctx = ctx = init_distributed(device)  # one process, or this rank of a torchrun job
+        # one process, or this rank of a torchrun job
+        self.ctx = ctx = init_distributed(device, cfg.train.dist_timeout_s)
         torch.manual_seed(cfg.train.seed)
-        # loaded in fp32: the masters; the engine gets its own copy in model.dtype (train/policy.py)
-        model, self.tokenizer = load(cfg.model.path, dtype="float32", device=rank_device(device, ctx))
+        here = rank_device(device, ctx)
+        # loaded in fp32: the masters; the engine gets its own copy in model.dtype (train/policy.py). Under
+        # torchrun on CUDA loaded on the CPU: fully_shard moves each rank's shard to its GPU
+        model, self.tokenizer = load(cfg.model.path, dtype="float32",
+                                     device="cpu" if ctx.enabled and here.startswith("cuda") else here)
         self.hf_config = args_to_hf_config(model.args) | {"torch_dtype": cfg.model.dtype}
         self.reference = None
-        if cfg.algo.kl_coef > 0:  # the initial policy, frozen (a full replica on every rank: forward only)
-            self.reference = clone_model(model).eval().requires_grad_(False)
-        self.policy = Policy(model, cfg.model.dtype, ctx, cfg.train.activation_checkpointing)
+        if cfg.algo.kl_coef > 0:  # the initial policy, frozen (a full replica in model.dtype on every rank)
+            self.reference = clone_model(model, resolve_dtype(cfg.model.dtype), here).eval().requires_grad_(False)
+        self.policy = Policy(model, cfg.model.dtype, ctx, cfg.train.activation_checkpointing,
+                             strict=cfg.engine.exact == "strict", device=here)
         self.dataset = load_dataset(cfg.data)
         self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
         self.reward = build_reward(cfg.reward)
-        r_g = cfg.rollout.group_size
-        c = cfg.control
-        self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
-                                           delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
-        self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
-        r = cfg.rollout
-        self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                     max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
-        self._encoded: dict[int, list[int]] = {}
-        chat = cfg.data.chat_template
-
-        def encode(ex):
-            if ex.uid not in self._encoded:
-                self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat)
-            return self._encoded[ex.uid]
-
-        self.eval_examples = []
-        if cfg.train.eval_every and cfg.data.eval_source:
-            self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
-        self._encode = encode
-        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx)
-        self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
-        t = cfg.train
-        self.optimizer = torch.optim.AdamW(self.policy.train.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
-                                           weight_decay=t.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
-        self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
-            device.startswith("cuda")
-        self.spec = UpdateSpec(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
-                               kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
-                               micro_batch_size=t.micro_batch_size,
-                               temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
-                               micro_batch_tokens=t.micro_batch_tokens, chunk_rows=t.logprob_chunk_rows)
-        self.step_idx = 0
-        self.last_checkpoint: Path | None = None
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is not None:
-                self._restore(ckpt)
         self.logger = None  # rank 0 logs
-        if ctx.main:
-            dump_config(cfg, self.run_dir / "config.yaml")
-            self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
-                                        resume_step=self.step_idx if resume else None, rollouts=t.save_rollouts)
+        self.engine = None
+        try:  # whatever fails from here closes what was started (the reward pool's processes)
+            r_g = cfg.rollout.group_size
+            c = cfg.control
+            self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
+                                               delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
+            self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
+            r = cfg.rollout
+            self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                         max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
+            self._encoded: dict[int, list[int]] = {}
+            chat = cfg.data.chat_template
+
+            def encode(ex):
+                if ex.uid not in self._encoded:
+                    self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat)
+                return self._encoded[ex.uid]
+
+            self.eval_examples = []
+            if cfg.train.eval_every and cfg.data.eval_source:
+                self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
+            self._encode = encode
+            self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx)
+            self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
+            t = cfg.train
+            self.optimizer = torch.optim.AdamW(self.policy.train.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
+                                               weight_decay=t.weight_decay)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
+            self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
+                device.startswith("cuda")
+            self.spec = UpdateSpec(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
+                                   kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
+                                   micro_batch_size=t.micro_batch_size,
+                                   temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
+                                   micro_batch_tokens=t.micro_batch_tokens, chunk_rows=t.logprob_chunk_rows)
+            self.step_idx = 0
+            self.last_checkpoint: Path | None = None
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if resume:
+                ckpt = latest_checkpoint(self.run_dir)
+                if ckpt is not None:
+                    self._restore(ckpt)
+            if ctx.main:
+                dump_config(cfg, self.run_dir / "config.yaml")
+                self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
+                                            resume_step=self.step_idx if resume else None, rollouts=t.save_rollouts)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release what the trainer started: the metrics files, the reward pool's worker processes, the
+        engine's (a decoupled drafter's process). Idempotent; fit() calls it at the end."""
+        if self.logger is not None:
+            self.logger.close()
+            self.logger = None
+        if self.engine is not None:
+            self.engine.close()
+        self.reward.close()
 
     @property
     def model(self):
@@ -179,7 +205,8 @@ class Trainer:
         dev = self.policy.rollout.embed_tokens.weight.device  # the masters' device (sharded or not)
         batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
                                  [r.token_ids for g in groups for r in g.rollouts], adv,
-                                 pad_id=self.tokenizer.pad_token_id or 0, device=dev)
+                                 pad_id=self.tokenizer.pad_token_id or 0, device=dev,
+                                 rollout_logprobs=[r.logprobs for g in groups for r in g.rollouts])
         mb = (self.spec.micro_batch_size, self.spec.temperature, self.spec.micro_batch_tokens)
         par = {"ctx": self.ctx, "autocast": self.policy.autocast}
         if self.reference is not None:
@@ -187,8 +214,12 @@ class Trainer:
         if self.cfg.algo.ppo_epochs > 1:
             batch.old_logp = batch_logprobs(self.model, batch, *mb, **par, chunk_rows=self.spec.chunk_rows)
         out: dict[str, float] = {}
-        for _ in range(self.cfg.algo.ppo_epochs):
+        mismatch: dict[str, float] = {}
+        for epoch in range(self.cfg.algo.ppo_epochs):
             out = update_step(self.model, self.optimizer, batch, self.spec, **par)
+            if epoch == 0:  # the engine's logprobs vs the trainer's, before any update of this step
+                mismatch = {k: v for k, v in out.items() if k.startswith("rollout/logprob_diff")}
+        out |= mismatch
         out["actor/advantage_abs_mean"] = adv.abs().mean().item()
         return out
 
@@ -214,11 +245,12 @@ class Trainer:
         first = self.reward.names[0] if getattr(self.reward, "names", None) else None
         if first and f"reward/{first}/mean" in m:
             m["reward/accuracy"] = statistics.mean(float(v >= 1.0) for g in gen for v in g.components[first])
-        ratios = [r for tr in phase.traces for r in tr.len_max_over_median()]
+        # length statistics from the step's groups (every rank's, all-gathered), timing from this rank's traces
+        done = [[r.num_tokens for r in g.rollouts if r.finish_reason != "error"] for g in gen]
+        ratios = [len_max_over_median(n) for n in done if len(n) >= 2]
         eff = [tr.tail_efficiency() for tr in phase.traces]
         m |= {"rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
-              "rollout/straggler_rate": straggler_rate([n for tr in phase.traces for n in tr.group_lengths().values()],
-                                                       self.cfg.rollout.straggler_tau),
+              "rollout/straggler_rate": straggler_rate(done, self.cfg.rollout.straggler_tau),
               "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
               statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
               "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
@@ -269,9 +301,7 @@ class Trainer:
                 if (t.save_every and self.step_idx % t.save_every == 0) or last:
                     self.save()
         finally:
-            if self.logger is not None:
-                self.logger.close()
-            self.reward.close()  # a reward pool's worker processes
+            self.close()
         if main:
             (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx,
                                                                  "checkpoint": str(self.last_checkpoint)}))

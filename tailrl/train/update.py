@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.fsdp import FSDPModule
 
 from tailrl.algo.logprobs import completion_logprobs
 from tailrl.algo.losses import AggNorm, aggregate, policy_loss
@@ -70,13 +69,12 @@ def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec, ctx: Dist
     """Accumulate the batch loss over micro-batches, clip, step. Returns actor/* metrics (whole batch)."""
     model.train()
     norm = AggNorm.of(batch.completion_mask, spec.max_completion_len)
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "ratio": 0.0}
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "ratio": 0.0, "lp_diff": 0.0}
+    lp_diff_max = 0.0
     tokens = max(norm.num_tokens, 1)
     optimizer.zero_grad(set_to_none=True)
     passes = my_micro_batches(batch, spec.micro_batch_size, spec.micro_batch_tokens, ctx)
-    for i, (_, mb, weight) in enumerate(passes):
-        if isinstance(model, FSDPModule):  # reduce the gradients once, after the last pass
-            model.set_requires_gradient_sync(i == len(passes) - 1)
+    for _, mb, weight in passes:
         with autocast():
             logp = completion_logprobs(model, mb.input_ids, mb.prompt_lens, mb.max_completion, spec.temperature,
                                        spec.chunk_rows)
@@ -89,6 +87,10 @@ def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec, ctx: Dist
             optimizer.zero_grad(set_to_none=True)
             raise TrainingDiverged(f"non-finite loss ({loss.item()})")
         (loss * weight).backward()
+        if weight and mb.rollout_logp is not None:  # the engine's logprobs vs this forward's (0 in strict mode)
+            diff = (logp.detach() - mb.rollout_logp).abs() * m
+            sums["lp_diff"] += diff.sum().item() / tokens
+            lp_diff_max = max(lp_diff_max, diff.max().item())
         if weight:
             sums["loss"] += loss.item()
             sums["pg_loss"] += aggregate(out["pg_loss"].detach(), m, spec.loss_agg, norm).item()
@@ -104,5 +106,9 @@ def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec, ctx: Dist
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     totals = dict(zip(sums, ctx.sum(list(sums.values()))))  # every rank's share of the batch
-    return {"actor/loss": totals["loss"], "actor/pg_loss": totals["pg_loss"], "actor/kl": totals["kl"],
-            "actor/clipfrac": totals["clipfrac"], "actor/ratio_mean": totals["ratio"], "actor/grad_norm": grad_norm}
+    out = {"actor/loss": totals["loss"], "actor/pg_loss": totals["pg_loss"], "actor/kl": totals["kl"],
+           "actor/clipfrac": totals["clipfrac"], "actor/ratio_mean": totals["ratio"], "actor/grad_norm": grad_norm}
+    if batch.rollout_logp is not None:
+        out["rollout/logprob_diff_mean"] = totals["lp_diff"]
+        out["rollout/logprob_diff_max"] = max(ctx.gather(lp_diff_max))
+    return out

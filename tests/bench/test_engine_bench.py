@@ -45,3 +45,7 @@ def test_bad_arguments_are_one_line(capsys):
     assert "unknown engine.attention 'flash'" in capsys.readouterr().err
     assert main(["bench", "rewards", "--batch", "10", "--group", "4"]) == 2
     assert "--batch a multiple of --group" in capsys.readouterr().err
+    assert main(["bench", "exactness", "--engine", "exact=strict"]) == 2
+    assert "use --exact and --batches" in capsys.readouterr().err
+    assert main(["bench", "exactness", "--engine", "colour=red"]) == 2
+    assert "colour" in capsys.readouterr().err

@@ -101,6 +101,24 @@ def test_execution_errors_are_one_line(model, monkeypatch):
     assert build().execution.attention == ("triton" if DEVICE == "cuda" else "torch")  # auto
 
 
+def test_defaults_on_a_cuda_device(monkeypatch):
+    """The resolution itself (no CUDA needed: it only reads the device's type)."""
+    import torch
+
+    from tailrl.engine.execution import resolve_execution
+
+    monkeypatch.setattr(kernels, "HAS_TRITON", True)
+    cuda = torch.device("cuda", 0)
+    ex = resolve_execution(EngineConfig(), cuda)
+    assert (ex.attention, ex.static, ex.graphs, ex.grow_pool) == ("triton", True, True, False)
+    ex = resolve_execution(EngineConfig(static_decode=False), cuda)  # eager dynamic steps, so no graphs
+    assert (ex.static, ex.graphs) == (False, False)
+    ex = resolve_execution(EngineConfig(), cuda, tp_size=2)  # a captured step would hold TP collectives
+    assert (ex.static, ex.graphs) == (False, False)
+    assert resolve_execution(EngineConfig(static_decode=True), cuda, tp_size=2).static
+    assert resolve_execution(EngineConfig(attention="torch"), cuda).graphs is False
+
+
 def test_one_line_errors_through_the_cli(tmp_path, capsys):
     from tailrl.cli import main
     from tests.helpers import make_model_dir

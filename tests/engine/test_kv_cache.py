@@ -1,8 +1,9 @@
 """PagedKVCache bookkeeping: writable() (the scheduler's decode fast path) says True exactly when ensure()
-would change nothing."""
+would change nothing; release() / restore() between rollouts."""
 
 import random
 
+import pytest
 import torch
 
 from tailrl.engine.kv_cache import OutOfBlocks, PagedKVCache
@@ -55,3 +56,21 @@ def test_writable_iff_ensure_is_a_no_op():
             checked += 1
             lengths[sid] += n
     assert checked > 1000
+
+
+def test_release_and_restore_are_idempotent_and_take_a_new_capacity():
+    for grow in (False, True):
+        c = PagedKVCache(_Model(), num_tokens=64, block_size=4, grow=grow)
+        c.ensure(1, 0, 10)
+        with pytest.raises(RuntimeError, match="live sequences"):
+            c.release()
+        c.free(1)
+        c.release()
+        c.release()  # idempotent
+        assert c.released and c.kv.numel() == 0 and c.num_free == 0
+        c.restore(32)  # measured again by the engine: a smaller pool this time
+        c.restore(1024)  # not released: nothing happens
+        assert not c.released and c.num_blocks == 8 and c.num_free == 8
+        c.ensure(2, 0, 32)
+        with pytest.raises(OutOfBlocks):  # the restored pool's capacity is 8 blocks
+            c.ensure(3, 0, 1)

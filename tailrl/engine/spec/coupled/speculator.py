@@ -117,7 +117,11 @@ class Speculator:
             if k > 0:
                 by_name[n].append(i)
         self._propose(seqs, by_name, ks, cands)
-        if self.cfg.coupled.best_of_n and len(self.names) > 1:
+        # token trees verify on the dense torch path: only where that is the attention path anyway
+        # (not under triton, whose numerics the tree rows would leave; not strict: not batch-invariant)
+        ex = self.engine.execution
+        if (self.cfg.coupled.best_of_n and len(self.names) > 1 and ex.attention == "torch"
+                and not ex.strict):
             self._best_of_n(seqs, prim, alphas, caps, cands, c0, c1, base)
         return cands
 

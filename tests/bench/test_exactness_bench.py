@@ -1,0 +1,107 @@
+"""`tailrl bench exactness`: the identity / first-divergence arithmetic on hand-written cases, and a tiny run
+(the tests' tiny Llama shape, random weights) that fills every part of the result and its summary."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from tailrl.bench.exactness import engine_config, make_requests, run_exactness_bench
+from tailrl.bench.exactness_stats import compare_runs, first_divergence, histogram, summary, token_deltas
+from tailrl.model import ModelArgs
+from tailrl.perf.hardware import ModelSpec
+from tests.helpers import tiny_hf_config
+
+TINY = replace(ModelSpec.of(ModelArgs.from_hf(tiny_hf_config())), name="tiny")
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([], []) is None
+    assert first_divergence([1, 2, 3], [9, 2, 3]) == 0
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert first_divergence([1, 2, 3], [1, 2]) == 2  # stopped early: differs where the shorter ends
+    assert first_divergence([1], [1, 5]) == 1
+
+
+def test_histogram_bins_positions():
+    h = histogram([0, 3, 4, 15, 99], length=16, bins=4)
+    assert h == {"edges": [0, 4, 8, 12, 16], "counts": [2, 1, 0, 2]}  # 99 is past the end: last bin
+    assert histogram([0, 9], length=10, bins=4)["edges"] == [0, 3, 6, 9, 10]
+
+
+def test_compare_runs_by_hand():
+    ref_t = [[1, 2, 3, 4], [5, 6, 7, 8], [1, 1, 1, 1], [2, 2, 2, 2]]
+    ref_l = [[-1.0, -2.0, -3.0, -4.0], [-1.0] * 4, [-0.5] * 4, [-0.25] * 4]
+    tok = [[1, 2, 3, 4], [5, 6, 0, 0], [1, 1, 1, 1], [9, 2, 2, 2]]
+    lps = [[-1.0, -2.0, -3.0, -4.0], [-1.0] * 4, [-0.5, -0.5, -0.5, -0.625], [-0.25] * 4]
+    c = compare_runs(ref_t, ref_l, tok, lps, length=4)
+    assert c["sequences"] == 4 and c["identical"] == 2 and c["identity_rate"] == 0.5
+    d = c["first_divergence"]
+    assert (d["count"], d["min"], d["median"], d["max"]) == (2, 0, 1.0, 2)
+    assert d["histogram"]["counts"][0] == 1 and sum(d["histogram"]["counts"]) == 2
+    assert d["at"] == [[1, 2], [3, 0]]  # [row, first differing position]
+    keyed = compare_runs(ref_t, ref_l, tok, lps, length=4, keys=["a", "b", "c", "d"])
+    assert keyed["first_divergence"]["at"] == [["b", 2], ["d", 0]]
+    assert c["max_abs_dlogprob"] == 0.125  # over identical rows only: row 1's equal logprobs do not count
+    assert c["logprobs_bitwise"] == 0.5  # row 0 bitwise, row 2 not
+    assert c["logprob_tokens_equal"] == 7 / 8
+    same = compare_runs(ref_t, ref_l, ref_t, ref_l, length=4)
+    assert same["identity_rate"] == 1.0 and same["first_divergence"] == {"count": 0}
+    assert same["max_abs_dlogprob"] == 0.0 and same["logprobs_bitwise"] == 1.0
+    with pytest.raises(ValueError, match="different sizes"):
+        compare_runs(ref_t, ref_l, tok[:2], lps[:2], length=4)
+
+
+def test_token_deltas_by_hand():
+    t = token_deltas([[-1.0, -2.0], [-3.0]], [[-1.0, -2.5], [-2.0]])
+    assert t == {"tokens": 3, "max": 1.0, "mean": 0.5, "equal": pytest.approx(1 / 3)}
+    assert token_deltas([], [])["tokens"] == 0
+
+
+def test_requests_and_engine_config():
+    reqs = make_requests(sequences=10, new_tokens=5, vocab=97, seed=0, group=4)
+    assert [r.n for r in reqs] == [4, 4, 2] and len({r.uid for r in reqs}) == 3
+    assert all(r.params.ignore_eos and r.params.max_new_tokens == 5 and r.params.temperature == 1.0 for r in reqs)
+    cfg = engine_config({"attention": "torch", "spec": {"k_max": 3}}, {"max_batch_size": 7, "spec.method": "ngram"})
+    assert (cfg.max_batch_size, cfg.attention, cfg.spec.k_max, cfg.spec.method) == (7, "torch", 3, "ngram")
+
+
+def test_tiny_run_fills_every_comparison(tmp_path):
+    res = run_exactness_bench(tmp_path, sequences=8, new_tokens=12, shape=TINY, batches=(1, 4), spec=True,
+                              tp=False, progress=lambda *_: None)
+    rows = {(c["run"], c["vs"]): c for c in res["comparisons"]}
+    assert set(rows) == {("batch 4", "alone (B=1)"), ("spec cold, B=4", "alone (B=1)"),
+                         ("spec cold, B=4", "batch 4"), ("spec warm, B=4", "alone (B=1)"),
+                         ("spec warm, B=4", "batch 4"), ("cuda graphs", "eager"), ("TP2", "TP1")}
+    assert "not_measured" in rows[("cuda graphs", "eager")] and "not_measured" in rows[("TP2", "TP1")]
+    for c in res["comparisons"]:
+        if "not_measured" not in c:
+            assert c["sequences"] == 8 and 0.0 <= c["identity_rate"] <= 1.0 and c["max_abs_dlogprob"] >= 0.0
+    runs = res["runs"]
+    assert runs["spec cold, B=4"]["verify_steps"] > 0
+    assert runs["spec warm, B=4"]["tokens_per_verify_row"] > 1  # replayed drafts: multi-token verify rows
+    for t in res["trainer"]:
+        assert t["tokens"] > 0 and 0.0 <= t["max"] < 1e-3  # fp32 on a CPU: rounding, not a different model
+    assert res["trainer"][0]["tokens"] == 8 * 12
+    md = (tmp_path / "summary.md").read_text()
+    assert "| batch 4 | alone (B=1) |" in md and "not measured: no CUDA device" in md
+    assert json.loads((tmp_path / "result.json").read_text())["settings"]["shape"] == "tiny"
+
+
+def test_summary_shows_divergences():
+    c = compare_runs([[1, 2, 3, 4]], [[-1.0] * 4], [[1, 2, 9, 9]], [[-1.0] * 4], length=4)
+    res = {"settings": dict(exact="strict", shape="small", device="cuda", dtype="bfloat16", sequences=1, prompts=1,
+                            group=8, new_tokens=4, sampler="blocked", seed=0), "torch": "x",
+           "comparisons": [{"run": "batch 16", "vs": "alone (B=1)", **c}], "trainer": [], "runs": {}, "notes": []}
+    md = summary(res)
+    assert "| batch 16 | alone (B=1) | 0.00% (0/1) | 1 at 2 / 2 / 2 (2–2: 1) | 0 | — / — |" in md
+
+
+@pytest.mark.slow
+def test_tiny_run_over_two_tp_ranks(tmp_path):
+    res = run_exactness_bench(tmp_path, sequences=4, new_tokens=6, shape=TINY, batches=(1, 4), spec=False,
+                              tp=True, progress=lambda *_: None)
+    tp = [c for c in res["comparisons"] if c["run"].startswith("TP2")]
+    assert [c["vs"] for c in tp] == ["batch 4", "alone (B=1)"]
+    assert all(c["sequences"] == 4 and 0.0 <= c["identity_rate"] <= 1.0 for c in tp)
