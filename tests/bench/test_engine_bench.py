@@ -49,3 +49,5 @@ def test_bad_arguments_are_one_line(capsys):
     assert "use --exact and --batches" in capsys.readouterr().err
     assert main(["bench", "exactness", "--engine", "colour=red"]) == 2
     assert "colour" in capsys.readouterr().err
+    assert main(["bench", "exactness", "--shape", "huge", "--out-dir", "unused"]) == 2
+    assert "unknown model shape 'huge'; valid: tiny, small, " in capsys.readouterr().err
