@@ -68,6 +68,13 @@ def tiny_native(family: str = "llama", tied: bool = False, seed: int = 0, **kw):
     return native.eval(), hf.to(DEVICE)
 
 
+def key_rows(n: int, seed: int = 7, uid: int = 3, pos: int = 5) -> torch.Tensor:
+    """(n, 4) int64 sampling keys (seed, uid, sample index 0..n-1, position): n samples of one prompt."""
+    k = torch.zeros(n, 4, dtype=torch.long)
+    k[:, 0], k[:, 1], k[:, 2], k[:, 3] = seed, uid, torch.arange(n), pos
+    return k
+
+
 def write_json(path: Path, obj) -> Path:
     path.write_text(json.dumps(obj))
     return path
