@@ -36,19 +36,24 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-class _ChunkBuffers:
-    """One (c, V) logits buffer in the softmax dtype (+ one in the matmul dtype when they differ), reused
-    by every chunk: a fresh 100+ MB tensor per chunk is a fresh mmap on a CPU, i.e. page faults each time."""
+class _ChunkedHead:
+    """The LM head in the matmul dtype (w: (V, Hd), b: (V,) or None, cast once) and one (c, V) logits
+    buffer in the softmax dtype (+ one in the matmul dtype when they differ), reused by every chunk: a fresh
+    100+ MB tensor per chunk is a fresh mmap on a CPU, i.e. page faults each time."""
 
-    def __init__(self, rows: int, vocab: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, dtype: torch.dtype):
+        self.w = weight.to(dtype)
+        self.b = bias.to(dtype) if bias is not None else None
+        vocab, device = weight.shape[0], weight.device
         self.acc = torch.empty(rows, vocab, dtype=_acc_dtype(dtype), device=device)
         self.low = torch.empty(rows, vocab, dtype=dtype, device=device) if dtype != self.acc.dtype else None
 
-    def logits(self, h, w, b, temperature: float) -> torch.Tensor:
-        """h: (c, Hd), w: (V, Hd), b: (V,) or None, all in the matmul dtype -> (c, V) logits / temperature
-        in the softmax dtype, a view of the buffer (overwritable in place). The same ops and rounding as
-        F.linear(h, w, b).float() / T: the matmul in the input dtype, as the LM head does, then fp32."""
+    def logits(self, h: torch.Tensor, temperature: float) -> torch.Tensor:
+        """h: (c, Hd) in the matmul dtype -> (c, V) logits / temperature in the softmax dtype, a view of the
+        buffer (overwritable in place). The same ops and rounding as F.linear(h, w, b).float() / T: the
+        matmul in the input dtype, as the LM head does, then fp32."""
         c = h.shape[0]
+        w, b = self.w, self.b
         mm = self.acc[:c] if self.low is None else self.low[:c]
         if b is None:
             torch.mm(h, w.t(), out=mm)
@@ -75,12 +80,10 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         lse = torch.empty(N, dtype=acc, device=hidden.device)  # the only per-row state kept
         # Autocast off inside: the casts are explicit, so backward (run without autocast) repeats them.
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(dtype)
-            b = bias.to(dtype) if bias is not None else None
-            buf = _ChunkBuffers(min(chunk_rows, N), weight.shape[0], dtype, hidden.device)
+            head = _ChunkedHead(weight, bias, min(chunk_rows, N), dtype)
             for s in range(0, N, chunk_rows):
                 e = min(s + chunk_rows, N)
-                logits = buf.logits(hidden[s:e].to(dtype), w, b, temperature)  # (c, V)
+                logits = head.logits(hidden[s:e].to(dtype), temperature)  # (c, V)
                 tgt = logits.gather(1, targets[s:e, None]).squeeze(1)  # (c,)
                 m = logits.amax(1)  # (c,)
                 # log_softmax's own order: (x_t - max) - log(sum exp(x - max)); exp in place, no 2nd (c, V).
@@ -107,20 +110,18 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         gw = torch.zeros(weight.shape, dtype=acc, device=weight.device) if need_w else None
         gb = torch.zeros(bias.shape, dtype=acc, device=bias.device) if need_b else None
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(dtype)
-            b = bias.to(dtype) if bias is not None else None
-            buf = _ChunkBuffers(min(rows, N), weight.shape[0], dtype, hidden.device)
+            head = _ChunkedHead(weight, bias, min(rows, N), dtype)
             for s in range(0, N, rows):
                 e = min(s + rows, N)
                 h = hidden[s:e].to(dtype)
                 gc = g[s:e, None]  # (c, 1)
-                p = buf.logits(h, w, b, T).sub_(lse[s:e, None]).exp_()  # (c, V) softmax
+                p = head.logits(h, T).sub_(lse[s:e, None]).exp_()  # (c, V) softmax
                 p.mul_(-gc).scatter_add_(1, targets[s:e, None], gc)  # (c, V) dL/dlogits, in place
                 if need_b:
                     gb += p.sum(0)
-                p = buf.low_precision(p)  # as the reference: the grad through .float() is cast back to bf16
+                p = head.low_precision(p)  # as the reference: the grad through .float() is cast back to bf16
                 if need_h:
-                    gh[s:e] = p @ w
+                    gh[s:e] = p @ head.w
                 if need_w:
                     if dtype == acc:
                         gw.addmm_(p.t(), h)
