@@ -26,7 +26,7 @@ from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.probe import time_forward
 from tailrl.engine.request import Request, Rollout
 from tailrl.engine.runner import ModelRunner
-from tailrl.engine.sampling import sample_rows, sample_windows
+from tailrl.engine.sampling import sample_rows, sample_windows, to_host
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.spec.modes import build_strategy
@@ -66,6 +66,7 @@ class Engine:
     # -- intake ---------------------------------------------------------------------------------
     def add(self, request: Request) -> None:
         """Queue a request's n samples; an invalid request yields error rollouts at once."""
+        self._ensure_kv()
         error = request.error or self._validate(request)
         for i in range(request.n if request.n >= 1 else 1):
             k = request.first_sample + i
@@ -107,6 +108,7 @@ class Engine:
     # -- one engine step ------------------------------------------------------------------------
     def step(self) -> list[Rollout]:
         """Run one prefill forward or one decode step; returns the rollouts that finished in it."""
+        self._ensure_kv()
         self._finished = []
         sch = self.scheduler
         admitted = sch.admit()
@@ -211,9 +213,7 @@ class Engine:
 
     def _sample_lists(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """Keyed samples of logits (B, V) as host lists, tokens and logprobs in one device-to-host copy."""
-        tokens, logps = self.sample(seqs, logits)
-        both = torch.stack([tokens.double(), logps.double()], dim=1).cpu()
-        return both[:, 0].long().tolist(), both[:, 1].tolist()
+        return to_host(*self.sample(seqs, logits))
 
     def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         for s, t, lp in zip(seqs, *self._sample_lists(seqs, logits)):
@@ -276,8 +276,6 @@ class Engine:
                  ) -> tuple[list[Rollout], RolloutTrace]:
         """Run requests to completion. Returns rollouts sorted by (uid, sample index) and the trace."""
         self.trace = RolloutTrace(tau=self.tau)
-        if self.cache.released:  # after release_kv(): measured again, the update may have changed free memory
-            self.cache.restore(self._pool_tokens())
         self.clock.reset()
         self.strategy.begin_rollout()
         out: list[Rollout] = []
@@ -300,6 +298,12 @@ class Engine:
         self.trace.b1_step_s = self.calibrate_b1() if self.trace.b1_step_time() is None else None
         out.sort(key=lambda r: (r.uid, r.sample_index))
         return out, self.trace
+
+    def _ensure_kv(self) -> None:
+        """After release_kv(): the pool again, sized by a new measurement (the update may have left more or
+        less free memory). Every entry that needs KV (add, step) comes through here."""
+        if self.cache.released:
+            self.cache.restore(self._pool_tokens())
 
     def release_kv(self) -> None:
         """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()

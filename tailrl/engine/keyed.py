@@ -120,12 +120,11 @@ def _filtered(x: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, need_k:
 
 
 def process_logits(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                   top_p: torch.Tensor, flags: Flags | None = None) -> torch.Tensor:
+                   top_p: torch.Tensor) -> torch.Tensor:
     """logits: (B, V); temperature/top_p: (B,) float; top_k: (B,) int (0 = off).
     Returns (B, V) float32 log-probabilities of the sampling distribution (-inf where filtered).
-    Rows with temperature 0 are returned unscaled (the caller takes argmax). `flags` as in
-    keyed_sample_hashed."""
-    need_k, need_p, _ = flags if flags is not None else _flags(temperature, top_k, top_p)
+    Rows with temperature 0 are returned unscaled (the caller takes argmax)."""
+    need_k, need_p, _ = _flags(temperature, top_k, top_p)
     return _filtered(_scaled(logits, temperature), top_k, top_p, need_k, need_p).log_softmax(-1)
 
 
@@ -370,12 +369,11 @@ SAMPLERS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 
 def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                 top_p: torch.Tensor, method: str = "inverse_cdf",
-                 flags: Flags | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 top_p: torch.Tensor, method: str = "inverse_cdf") -> tuple[torch.Tensor, torch.Tensor]:
     """logits: (B, V); keys: (B, 4) int64 rows (seed, uid, sample, position).
     Returns (tokens (B,) int64, logprobs (B,) float32). The logprob is that of the sampled token under
     softmax(logits / T) — the temperature-scaled policy the trainer recomputes (before top-k/top-p)."""
-    return keyed_sample_hashed(logits, hash_keys(keys), temperature, top_k, top_p, method, flags)
+    return keyed_sample_hashed(logits, hash_keys(keys), temperature, top_k, top_p, method)
 
 
 def keyed_sample_hashed(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,

@@ -43,12 +43,16 @@ class PagedKVCache:
         self.kv = self._model.new_kv_cache(first * self.block_size, dtype=dtype, device=device)
         self.refcount = [0] * first
         self.free_blocks = list(range(first - 1, -1, -1))  # pop() gives low ids first
-        self.released = False
 
     # -- bookkeeping -------------------------------------------------------------------------
     @property
     def allocated_blocks(self) -> int:
         return len(self.refcount)
+
+    @property
+    def released(self) -> bool:
+        """After release() and before restore(): no pool."""
+        return self.kv.numel() == 0
 
     @property
     def num_free(self) -> int:
@@ -144,7 +148,7 @@ class PagedKVCache:
             raise RuntimeError("release() with live sequences")
         if not self.released:
             self.kv = self.kv.new_empty(0)
-            self.refcount, self.free_blocks, self.released = [], [], True
+            self.refcount, self.free_blocks = [], []
 
     def restore(self, num_tokens: int) -> None:
         """After release(): a fresh pool of capacity num_tokens (measured again by the caller: the update may

@@ -13,6 +13,7 @@ import time
 import torch
 
 from tailrl.engine.request import Request, SamplingParams
+from tailrl.engine.sampling import to_host
 from tailrl.engine.sequence import Sequence
 
 
@@ -43,12 +44,15 @@ def time_forward(engine, b: int, n: int, ctx: int = 64, reps: int = 3, sample: b
         for s in seqs:
             s.num_cached = ctx
         rows = [list(range(n))] * b if sample else None
+        sync = torch.cuda.synchronize if next(engine.model.parameters()).is_cuda else (lambda: None)
         times = []
         for _ in range(reps):
+            sync()
             t = time.perf_counter()
             logits = engine.forward(seqs, [[1] * n] * b, logits_rows=rows)
             if sample:
-                engine.sample_windows(seqs, logits.reshape(b * n, -1), [n] * b)[0].tolist()
+                to_host(*engine.sample_windows(seqs, logits.reshape(b * n, -1), [n] * b))  # as a verify round
+            sync()  # the kernels' time, not their launches'
             times.append(time.perf_counter() - t)
         return times
     finally:

@@ -46,6 +46,22 @@ def row_params(seqs: list[Sequence], device) -> tuple[torch.Tensor, torch.Tensor
     return p[:, 0].float(), p[:, 1].long(), p[:, 2].float()
 
 
+def pack(tokens: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+    """tokens (B,) int64, logps (B,) -> (B, 2) float64 on their device: one tensor, so one copy brings both
+    to the host (token ids < 2**53 are exact in float64)."""
+    return torch.stack([tokens.double(), logps.double()], dim=1)
+
+
+def unpack(both: torch.Tensor) -> tuple[list[int], list[float]]:
+    """(B, 2) float64 on the host (from pack) -> (tokens, logprobs) as lists."""
+    return both[:, 0].long().tolist(), both[:, 1].tolist()
+
+
+def to_host(tokens: torch.Tensor, logps: torch.Tensor) -> tuple[list[int], list[float]]:
+    """Keyed samples as host lists, in one device-to-host copy (it waits for the forward)."""
+    return unpack(pack(tokens, logps).cpu())
+
+
 def invariant_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor,
                        temperatures: set[float]) -> torch.Tensor:
     """Strict mode's logprobs: logits (B, V), tokens (B,), temperature (B,) (its distinct values on the host:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tailrl.engine.keyed import keyed_sample_hashed, position_hash
-from tailrl.engine.sampling import invariant_logprobs, seq_flags
+from tailrl.engine.sampling import invariant_logprobs, pack, seq_flags, unpack
 from tailrl.engine.sequence import Sequence
 from tailrl.model.attention import PagedMetadata
 
@@ -97,8 +97,7 @@ class StaticStep:
             graph.replay()
         else:
             out = self._run(bufs, flags, temps)
-        res = out[:B].cpu()  # the one device-to-host copy of the step (waits for the forward)
-        return res[:, 0].long().tolist(), res[:, 1].tolist()
+        return unpack(out[:B].cpu())  # the one device-to-host copy of the step (waits for the forward)
 
     def _fill(self, bufs: _Buffers, ready: list[Sequence]) -> int:
         """Host side: the rows of this step (padding rows reset), written through numpy views. Returns the
@@ -133,7 +132,7 @@ class StaticStep:
                                             floats[:, 1], self.engine.config.sampler, flags)
         if temps:  # strict: the trainer's logprobs
             logps = invariant_logprobs(logits, tokens, floats[:, 0], set(temps))
-        return torch.stack([tokens.double(), logps.double()], dim=1)
+        return pack(tokens, logps)
 
     def _graph(self, nb: int, bufs: _Buffers, flags, temps) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         """The bucket's graph for these sampling flags, captured on first use: two warm-up runs on a side

@@ -122,6 +122,22 @@ def test_new_requests_join_mid_rollout(models):
         sorted((o.uid, o.sample_index, tuple(o.token_ids)) for o in both)
 
 
+def test_add_and_step_after_release_kv_bring_the_pool_back(models):
+    """The incremental API (add / step) after release_kv(), as generate() after it: the pool is restored on
+    first use and the tokens are those of an engine that never released it."""
+    native, _ = models
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=4, ignore_eos=True)
+    eng = _engine(native)
+    eng.release_kv()
+    eng.add(Request(PROMPTS[0], uid=0, n=2, params=params))
+    outs = []
+    while eng.has_unfinished():
+        outs += eng.step()
+    ref, _ = _engine(native).generate([Request(PROMPTS[0], uid=0, n=2, params=params)])
+    assert not eng.cache.released and all(o.finish_reason == "length" for o in outs)
+    assert sorted(tuple(o.token_ids) for o in outs) == sorted(tuple(o.token_ids) for o in ref)
+
+
 def test_bad_requests_error_others_complete(models):
     native, _ = models
     params = SamplingParams(temperature=0, max_new_tokens=5)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from tailrl.engine.sampling import to_host
 from tailrl.engine.spec.tree import accept_path, build_tree
 
 
@@ -63,8 +64,7 @@ def speculative_decode(spec, ready) -> None:
             flat_seqs.append(s)
             flat_pos.append(s.num_generated + tree.depth[i])
         flat_logits.append(logits[b, : len(tree)])
-    samples, logps = engine.sample(flat_seqs, torch.cat(flat_logits), flat_pos)
-    samples, logps = samples.tolist(), logps.tolist()  # host sync: the forward has finished
+    samples, logps = to_host(*engine.sample(flat_seqs, torch.cat(flat_logits), flat_pos))  # waits for the forward
     n_tokens = sum(len(t) for t in toks)
     t_fwd = engine.now() - tf
     spec.cost.observe(n_tokens, t_fwd)

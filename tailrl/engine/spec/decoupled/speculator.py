@@ -32,6 +32,7 @@ from multiprocessing.connection import Listener
 
 import torch
 
+from tailrl.engine.sampling import to_host
 from tailrl.engine.spec.cost import ThroughputGate
 from tailrl.engine.spec.decoupled.stream import Stream, merge, reconcile
 from tailrl.engine.spec.decoupled.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
@@ -154,8 +155,7 @@ class DecoupledSpeculator:
             logits = engine.forward(rows, toks, logits_rows=lrows)  # (B, R, V)
             counts = torch.tensor([k + 1 for k in ks], device=logits.device)
             flat_l = logits[torch.arange(logits.shape[1], device=logits.device) < counts[:, None]]  # (sum k+1, V)
-            samples, logps = engine.sample_windows(rows, flat_l, [k + 1 for k in ks])
-            samples, logps = samples.tolist(), logps.tolist()
+            samples, logps = to_host(*engine.sample_windows(rows, flat_l, [k + 1 for k in ks]))
             off = 0
             for s, k in zip(rows, ks):
                 st = self.streams[s.seq_id]

@@ -36,7 +36,6 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
     # lazy (subprocess start-up): torch starts its threads at import, after the pinning above
     import torch
 
-    from tailrl.engine.sampling import sample_rows
     from tailrl.engine.sequence import Sequence
     from tailrl.engine.spec.decoupled.stream import Stream, reconcile
     from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
@@ -45,8 +44,7 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
     torch.set_num_threads(max(1, threads))
 
     model, _ = load(model_path, dtype=getattr(torch, dtype), device=device, tokenizer=False)
-    drafter = DraftModelDrafter(model.eval(), lambda s, lg, pos: sample_rows(s, lg, pos, sampler),
-                                kv_tokens, block_size)
+    drafter = DraftModelDrafter(model.eval(), sampler, kv_tokens, block_size)
     live: dict[int, tuple[Sequence, Stream, int]] = {}  # seq id -> (mirror: verified + drafted, stream, limit)
     conn.send(("ready", model.args.vocab_size))
     with torch.inference_mode():

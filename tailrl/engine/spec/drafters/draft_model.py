@@ -9,10 +9,9 @@ its K/V holds; before drafting it is cut back to the longest prefix shared with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.runner import ModelRunner
+from tailrl.engine.sampling import sample_rows
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.spec.drafters.base import DRAFTERS
 from tailrl.errors import UserError
@@ -22,11 +21,11 @@ from tailrl.model import load
 class DraftModelDrafter:
     name = "draft"
 
-    def __init__(self, model, sample_fn: Callable, kv_cache_tokens: int = 65536, block_size: int = 16):
+    def __init__(self, model, sampler: str, kv_cache_tokens: int = 65536, block_size: int = 16):
         self.model = model
         self.cache = PagedKVCache(model, kv_cache_tokens, block_size)
         self.runner = ModelRunner(model, self.cache)
-        self.sample_fn = sample_fn  # (seqs, logits (B, V), positions) -> (tokens, logprobs): the engine's keyed sampler
+        self.sampler = sampler  # engine.sampler: the target's keyed draws (tokens only; logprobs unused)
         self._ctx: dict[int, list[int]] = {}  # seq id -> tokens whose K/V is in the draft cache
 
     def _sync(self, seq: Sequence) -> int:
@@ -66,8 +65,8 @@ class DraftModelDrafter:
                                          [feed[i] for i in rows])
             for i in rows:
                 self._ctx[seqs[i].seq_id].extend(feed[i])
-            toks, _ = self.sample_fn([seqs[i] for i in rows], logits,
-                                     [seqs[i].num_generated + len(drafts[i]) for i in rows])
+            toks, _ = sample_rows([seqs[i] for i in rows], logits,
+                                  [seqs[i].num_generated + len(drafts[i]) for i in rows], self.sampler)
             feed = {}
             for i, t in zip(rows, toks.tolist()):
                 drafts[i].append(t)
@@ -95,4 +94,4 @@ def _draft_factory(engine, cfg) -> DraftModelDrafter:
     if model.args.vocab_size != engine.model.args.vocab_size:
         raise UserError(f"draft model vocabulary ({model.args.vocab_size}) differs from the policy's "
                         f"({engine.model.args.vocab_size}); it must share the tokenizer")
-    return DraftModelDrafter(model.eval(), engine.sample, cfg.draft_kv_tokens, engine.config.block_size)
+    return DraftModelDrafter(model.eval(), engine.config.sampler, cfg.draft_kv_tokens, engine.config.block_size)

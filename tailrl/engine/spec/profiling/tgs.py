@@ -26,7 +26,6 @@ import torch
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine.probe import fake_seqs, time_forward
 from tailrl.engine.request import Request, SamplingParams
-from tailrl.engine.sampling import sample_rows
 from tailrl.engine.spec.cost import fit_affine
 from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost
 from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
@@ -81,8 +80,7 @@ def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 3
     vocab = target.args.vocab_size
     kv = max(batches) * (24 + max(windows) + 8) * 2
     engine = make_engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
-    drafter = DraftModelDrafter(draft.eval(), lambda s, lg, pos: sample_rows(s, lg, pos, engine.config.sampler),
-                                kv, block_size)
+    drafter = DraftModelDrafter(draft.eval(), engine.config.sampler, kv, block_size)
     before = torch.get_num_threads()
     out = {"drafts": {}, "verifies": {}, "points": {}}
     try:
