@@ -24,7 +24,5 @@ def completion_logprobs(model, input_ids: torch.Tensor, prompt_lens: torch.Tenso
     idx = prompt_lens.unsqueeze(1) - 1 + torch.arange(max_completion, device=input_ids.device)  # predicting positions
     idx = idx.clamp(max=L - 2)  # (S, C)
     targets = input_ids.gather(1, idx + 1)  # (S, C)
-    if chunk_rows <= 0:
-        return token_logprobs(model(input_ids, logits_index=idx), targets, temperature)  # (S, C, V) logits
-    # the LM head on completion positions only, chunk by chunk: no (S, C, V) logits (algo/chunked_logprobs.py)
+    # the LM head on completion positions only: chunk by chunk (no (S, C, V) logits), whole, or strict's kernels
     return model(input_ids, logits_index=idx, targets=targets, temperature=temperature, chunk_rows=chunk_rows)

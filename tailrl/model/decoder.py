@@ -123,8 +123,9 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """input_ids: (B, T); positions: (B, T) (default 0..T-1); logits_index: (B, K) positions of T
         whose logits are wanted (default all). Returns logits (B, T or K, V); with targets (B, T or K),
-        the logprobs (B, T or K) of those tokens under softmax(logits / temperature) instead, from the LM
-        head run `chunk_rows` rows at a time (no (B, K, V) logits kept for backward)."""
+        the logprobs (B, T or K) of those tokens under softmax(logits / temperature) instead: in strict mode
+        by the invariant kernels (whatever chunk_rows), else from the LM head run `chunk_rows` rows at a
+        time (no (B, K, V) logits kept for backward; 0: the whole (B, K, V) logits, as before chunking)."""
         B, T = input_ids.shape
         if positions is None:
             positions = torch.arange(T, device=input_ids.device).expand(B, T)
@@ -153,7 +154,7 @@ class CausalLM(nn.Module):
         if self.strict:  # the engine's logprob: the invariant head, then one row per program
             return strict.token_logprobs(self.lm_head(h), targets, temperature)
         head = self.lm_head
-        if head.tp.size > 1:  # a vocabulary split over ranks: the plain head (its gather is the collective)
+        if head.tp.size > 1 or chunk_rows <= 0:  # TP: the plain head (its vocabulary gather is the collective)
             return token_logprobs(head(h), targets, temperature)
         w = head.tied.weight if head.tied is not None else head.weight  # (V, hidden)
         return chunked_token_logprobs(h, w, targets, temperature, chunk_rows=chunk_rows)  # (B, K)

@@ -73,10 +73,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
     """As kernels.rms_norm: x (..., D) -> normed, or with residual -> (normed(x + residual), x + residual)."""
-    w = weight.to(x.dtype)
-    if residual is None:
-        return _apply(kernels.rms_norm, reference.rms_norm_ref, x, w, eps)
-    return _apply(kernels.rms_norm, reference.rms_norm_ref, x, w, eps, residual)
+    return _apply(kernels.rms_norm, reference.rms_norm_ref, x, weight.to(x.dtype), eps, residual)
 
 
 def apply_rotary(q: torch.Tensor, k: torch.Tensor, table: torch.Tensor, positions: torch.Tensor):
@@ -97,23 +94,16 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return lp.view(shape)
 
 
-SCRATCH_BLOCK = 16  # the trainer's scratch pool: block size of its identity block tables
-
-
 def _causal_kernel(q, k, v, window: int):
-    """q (B, T, H, D), k / v (B, T, Hkv, D): K/V written to a scratch pool whose block table of row b is
-    b * nb .. b * nb + nb - 1, then the engine's paged kernel: the same key tiles, in the same order."""
+    """q (B, T, H, D), k / v (B, T, Hkv, D): k and v themselves as the pool, in pages of one token (row b's
+    block table is b * T .. b * T + T - 1), then the engine's paged kernel: its key tiles follow absolute
+    positions whatever the page size, so the same tiles in the same order as a decode step's."""
     B, T, Hkv, D = k.shape
-    nb = -(-T // SCRATCH_BLOCK)
-    pool_k = k.new_zeros(B, nb * SCRATCH_BLOCK, Hkv, D)
-    pool_v = v.new_zeros(B, nb * SCRATCH_BLOCK, Hkv, D)
-    pool_k[:, :T] = k
-    pool_v[:, :T] = v
-    tables = torch.arange(B * nb, device=q.device, dtype=torch.int32).view(B, nb)
+    tables = torch.arange(B * T, device=q.device, dtype=torch.int32).view(B, T)
     zeros = torch.zeros(B, dtype=torch.int32, device=q.device)
     lens = torch.full((B,), T, dtype=torch.int32, device=q.device)
-    return kernels.paged_attention(q.contiguous(), pool_k.view(-1, Hkv, D), pool_v.view(-1, Hkv, D), tables, zeros,
-                                   lens, SCRATCH_BLOCK, D ** -0.5, window)
+    return kernels.paged_attention(q.contiguous(), k.contiguous().view(-1, Hkv, D), v.contiguous().view(-1, Hkv, D),
+                                   tables, zeros, lens, 1, D ** -0.5, window)
 
 
 def _causal_ref(q, k, v, window: int):

@@ -44,11 +44,13 @@ def test_strict_rollouts_are_bitwise_the_same(model, batched, variant):
 
 
 @pytest.mark.slow
-def test_strict_engine_logprobs_equal_the_trainer_forward(model, batched):
+@pytest.mark.parametrize("chunk_rows", [1024, 0])  # 0 (train.logprob_chunk_rows=0): still the strict kernels
+def test_strict_engine_logprobs_equal_the_trainer_forward(model, batched, chunk_rows):
     prompts = [p for p in PROMPTS for _ in range(2)]
     batch = make_train_batch(prompts, [t for t, _ in batched], torch.zeros(len(prompts)))
     with torch.no_grad():
-        lp = completion_logprobs(model, batch.input_ids, batch.prompt_lens, batch.max_completion, 1.0)
+        lp = completion_logprobs(model, batch.input_ids, batch.prompt_lens, batch.max_completion, 1.0,
+                                 chunk_rows=chunk_rows)
     assert torch.equal(lp, torch.tensor([lp for _, lp in batched]))
 
 
