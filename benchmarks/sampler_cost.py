@@ -29,11 +29,11 @@ def _times(fn, iters: int, device: str) -> list[float]:
     fn()
     out = []
     for _ in range(iters):
-        if device == "cuda":
+        if device.startswith("cuda"):
             torch.cuda.synchronize()
         t = time.perf_counter()
         fn()
-        if device == "cuda":
+        if device.startswith("cuda"):
             torch.cuda.synchronize()
         out.append((time.perf_counter() - t) * 1e3)
     return out

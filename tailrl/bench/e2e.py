@@ -24,6 +24,7 @@ import torch
 from tailrl.bench.common import run_training, time_to_reach, write_outputs
 from tailrl.bench.e2e_tasks import TASKS, E2ETask
 from tailrl.model import load_weights
+from tailrl.model.loading import resolve_device
 from tailrl.rewards import REWARDS
 from tailrl.train.metrics import step_rows
 from tailrl.train.trainer import Trainer
@@ -52,8 +53,10 @@ def _text(x) -> str:
     return x if isinstance(x, str) else x[-1]["content"]
 
 
-def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator) -> dict:
-    """TRL's GRPOTrainer on the task; per-step wall times from a callback (evaluations excluded)."""
+def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: int, evaluator: Evaluator,
+            device: str) -> dict:
+    """TRL's GRPOTrainer on the task, on `device` (cpu or cuda); per-step wall times from a callback
+    (evaluations excluded)."""
     # lazy: optional dependency (the [e2e] extra)
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -87,7 +90,7 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
             log["gen_s"].append(time.perf_counter() - t)
             return out
 
-    cfg = GRPOConfig(output_dir=str(out), use_cpu=True, bf16=False, num_generations=task.group,
+    cfg = GRPOConfig(output_dir=str(out), use_cpu=device == "cpu", bf16=False, num_generations=task.group,
                      per_device_train_batch_size=task.group * task.prompts, gradient_accumulation_steps=1,
                      max_completion_length=task.max_new, temperature=1.0, top_p=1.0, learning_rate=task.lr,
                      lr_scheduler_type="constant", loss_type="grpo", beta=0.0, epsilon=0.2, scale_rewards="group",
@@ -105,12 +108,14 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
             "update_s": [s - g for s, g in zip(log["step_s"], log["gen_s"])]}
 
 
-def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str]) -> dict:
-    """A fresh tailrl run of the task (bench.common.run_training)."""
+def run_tailrl(task: E2ETask, model_dir: Path, out: Path, budget: int, eval_every: int, overrides: list[str],
+               device: str) -> dict:
+    """A fresh tailrl run of the task (bench.common.run_training) on `device`."""
 
     cfg = task.config(model_dir, out, [f"train.prompt_budget={budget}", "train.total_steps=1000000",
                                        f"train.eval_every={eval_every}", f"train.eval_prompts={task.eval_prompts}",
-                                       "train.save_every=0", "train.tensorboard=false"] + overrides)
+                                       "train.save_every=0", "train.tensorboard=false", f"model.device={device}"]
+                     + overrides)
     rows, _ = run_training(out, task.write_data, cfg)
     steps = step_rows(rows)
     evals, t = [], {}
@@ -149,24 +154,25 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
         shutil.rmtree(root / name, ignore_errors=True)
     model_dir = task.model_dir()
     budget = steps * task.prompts
+    device = resolve_device("auto")  # one device for every system: TRL's and tailrl's steps compare there
     runs = {}
     t0 = time.perf_counter()
     if "trl" in systems:
         evaluator = Evaluator(task, model_dir, root / "eval")
         try:
-            runs["trl"] = run_trl(task, model_dir, root / "trl", steps, eval_every, evaluator)
+            runs["trl"] = run_trl(task, model_dir, root / "trl", steps, eval_every, evaluator, device)
         finally:
             evaluator.close()
         print(f"trl: {sum(runs['trl']['step_s']):.1f}s of steps ({time.perf_counter() - t0:.0f}s wall)", flush=True)
     if "off" in systems:
-        runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, [])
+        runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, [], device)
         print(f"tailrl off: {sum(runs['off']['step_s']):.1f}s of steps", flush=True)
     if "full" in systems:
-        runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, list(task.full))
+        runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, list(task.full), device)
         print(f"tailrl full: {sum(runs['full']['step_s']):.1f}s of steps", flush=True)
     if "unchunked" in systems:  # off with the whole (S, C, V) logits in the update, as before chunking
         runs["unchunked"] = run_tailrl(task, model_dir, root / "unchunked", budget, eval_every,
-                                       ["train.logprob_chunk_rows=0"])
+                                       ["train.logprob_chunk_rows=0"], device)
         print(f"tailrl off, unchunked: {sum(runs['unchunked']['step_s']):.1f}s of steps", flush=True)
     start = statistics.mean(r["evals"][0][2] for r in runs.values())
     gain = max(r["evals"][-1][2] for r in runs.values()) - start

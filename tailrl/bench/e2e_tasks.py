@@ -50,14 +50,6 @@ def _demo_rows(n: int, split: str) -> list[dict]:
     return [{"prompt": r["prompt"], "answer": r["answer"]} for r in DEMO_TASK.rows(n, split, seed=0)]
 
 
-def _demo_model() -> Path:
-    return demo_policy()
-
-
-def _demo_config(model_dir: Path, run_dir: Path, overrides: list[str]):
-    return demo_config(model_dir, run_dir, overrides)
-
-
 def _demo_data(run_dir: Path) -> None:
     write_splits(run_dir, DEMO_TASK)  # the demo's own splits: its held-out 400 problems
 
@@ -116,7 +108,7 @@ TASKS = {
     "demo": E2ETask(16, 8, 160, 1e-4, 400, "demo_arith", False,
                     ("control.kind=sagc", "control.candidates=[4,8,16]", "rollout.group_size=8", "control.delta=0.15",
                      "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
-                    _demo_model, _demo_rows, _demo_config, _demo_data),
+                    demo_policy, _demo_rows, demo_config, _demo_data),
     "smollm2": E2ETask(4, 4, 48, 1e-5, 64, "gsm8k", True,
                        ("control.kind=sagc", "control.candidates=[4,8]", "rollout.group_size=4", "control.delta=0.15",
                         "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),

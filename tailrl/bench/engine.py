@@ -24,10 +24,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tailrl.bench.common import write_outputs
-from tailrl.bench.engine_tail import hf_config, long_tail, sync
-from tailrl.config import EngineConfig
+from tailrl.bench.engine_tail import engine_config, hf_config, long_tail, sync
 from tailrl.engine import Engine, Request, SamplingParams
 from tailrl.engine.keyed import host_flags, keyed_sample_hashed
+from tailrl.errors import UserError
 from tailrl.model import ModelArgs, build_model, init_random
 from tailrl.perf.hardware import GPUS, MODELS, ModelSpec
 
@@ -38,13 +38,20 @@ SHAPES = {"smollm2-135m": "LlamaForCausalLM", "qwen2.5-0.5b": "Qwen2ForCausalLM"
 # the long-tailed workload's CPU default: a static HF batch of 64 x 1024 steps of the 135M shape takes far
 # too long on a CPU, so there a small Llama (hidden 256, 4 layers, vocab 2048) stands in
 SMALL = ModelSpec("small", 4, 256, 4, 2, 704, 2048)
+TINY = ModelSpec("tiny", 2, 64, 4, 2, 128, 512)  # for engine.exact=strict on a CPU, where the kernels are interpreted
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
-def random_model(shape: str, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
-    """The native decoder of a preset's shape with random N(0, 0.02) weights."""
-    args = ModelArgs.from_hf(hf_config(MODELS[shape], SHAPES[shape], max_pos))
+def model_of(shape: str | ModelSpec, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
+    """The native decoder of a shape ("tiny", "small", a MODELS preset, or a ModelSpec) with random
+    N(0, 0.02) weights."""
+    named = {"tiny": TINY, "small": SMALL, **MODELS}
+    if isinstance(shape, str) and shape not in named:
+        raise UserError(f"unknown model shape '{shape}'; valid: {', '.join(named)}")
+    spec = shape if isinstance(shape, ModelSpec) else named[shape]
+    arch = SHAPES.get(spec.name) or ("Qwen2ForCausalLM" if spec.name.startswith("qwen") else "LlamaForCausalLM")
+    args = ModelArgs.from_hf(hf_config(spec, arch, max_pos))
     return init_random(build_model(args, dtype, device), 0.02, seed).eval()
 
 
@@ -60,8 +67,8 @@ def decode_step(model, batch: int, context: int, steps: int, warmup: int, device
     block = 16
     max_len = context + warmup + steps + 8
     kv = batch * (-(-max_len // block) + 1) * block
-    engine = Engine(model, EngineConfig(max_batch_size=batch, kv_cache_tokens=kv, block_size=block,
-                                        max_model_len=max_len, max_prefill_tokens=max(8192, context), **overrides))
+    engine = Engine(model, engine_config(overrides, {"max_batch_size": batch, "kv_cache_tokens": kv, "block_size": block,
+                                                     "max_model_len": max_len, "max_prefill_tokens": max(8192, context)}))
     rng = random.Random(batch)
     vocab = model.args.vocab_size
     params = SamplingParams(temperature=1.0, max_new_tokens=warmup + steps + 4, ignore_eos=True, seed=1)
@@ -140,7 +147,7 @@ def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], contex
     res: dict = {"device": device, "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
                  "dtype": dtype, "torch": torch.__version__, "steps": [], "overrides": overrides}
     for shape in shapes:
-        model = random_model(shape, dt, device, max_pos=context + warmup + steps + 64)
+        model = model_of(shape, dt, device, max_pos=context + warmup + steps + 64)
         for b in batches:
             r = decode_step(model, b, context, steps, warmup, device, overrides)
             r["shape"] = shape
@@ -149,7 +156,7 @@ def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], contex
             res["steps"].append(r)
             progress(f"{shape} B={b}: {r['step_ms']:.2f} ms/step")
         del model
-    res["sampling"] = sampler_vs_head(device, dt, EngineConfig().sampler)
+    res["sampling"] = sampler_vs_head(device, dt, engine_config(overrides, {}).sampler)
     progress(f"sampling {res['sampling']['sampling_ms']:.2f} ms vs LM head {res['sampling']['lm_head_ms']:.2f} ms")
     if tail:
         spec = SMALL if tail_shape == "small" else MODELS[tail_shape]

@@ -17,19 +17,30 @@ are forced, so the weights do not matter.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 
 import numpy as np
 import torch
 
-from tailrl.config import EngineConfig
+from tailrl.config import EngineConfig, config_from_dict
+from tailrl.config.loading import set_dotted
 from tailrl.engine import Engine, Request, SamplingParams
 from tailrl.model import ModelArgs, build_model, load_weights
 from tailrl.perf.hardware import ModelSpec
 from tailrl.tail import len_max_over_median
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+
+
+def engine_config(overrides: dict, settings: dict) -> EngineConfig:
+    """EngineConfig from the user's overrides (keys dotted or nested, as engine.* below the section), then
+    this benchmark's settings for the run on top (they decide what is compared)."""
+    tree: dict = {}
+    for key, value in [*copy.deepcopy(overrides).items(), *settings.items()]:
+        set_dotted(tree, key, value)
+    return config_from_dict(tree, EngineConfig)
 
 
 def make_lengths(batch: int, median: float, sigma: float, min_len: int, max_len: int, seed: int) -> list[int]:
@@ -133,8 +144,8 @@ def long_tail(spec: ModelSpec, arch: str, device: str, dtype: torch.dtype, batch
     max_pos = max(len(p) for p in prompts) + max_len + 16
     hf, native = build_pair(spec, arch, max_pos, dtype, device, seed)
     kv = sum(len(p) + n for p, n in zip(prompts, lengths)) + 16 * batch
-    engine = Engine(native, EngineConfig(max_batch_size=batch, kv_cache_tokens=kv, max_model_len=max_pos,
-                                         **engine_overrides), eos_ids=[EOS_ID])
+    engine = Engine(native, engine_config(engine_overrides, {"max_batch_size": batch, "kv_cache_tokens": kv,
+                                                             "max_model_len": max_pos}), eos_ids=[EOS_ID])
     warm = prompts[:2]
     run_tailrl(engine, warm, [4, 4], temperature, device, seed)  # first-call costs stay out of the timings
     for static in (False, True):

@@ -23,26 +23,23 @@ largest batch's rollout logprobs are also compared with the trainer's forward of
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
 import torch
 
 from tailrl.bench.common import write_outputs
-from tailrl.bench.engine import SHAPES, SMALL
-from tailrl.bench.engine_tail import hf_config, make_prompts, sync
+from tailrl.bench.engine import model_of
+from tailrl.bench.engine_tail import engine_config, make_prompts, sync
 from tailrl.bench.exactness_stats import compare_runs, summary, token_deltas
-from tailrl.config import EngineConfig, TrainConfig, config_from_dict
-from tailrl.config.loading import set_dotted
+from tailrl.config import EngineConfig, TrainConfig
 from tailrl.engine import Engine, Request, Rollout, SamplingParams
-from tailrl.errors import UserError
-from tailrl.model import ModelArgs, build_model, init_random, load_weights
+from tailrl.model import build_model, load_weights
 from tailrl.model.weights import full_tensors
 from tailrl.parallel.dist import spawn
 from tailrl.parallel.layout import Layout
 from tailrl.parallel.rollout import tp_generate
-from tailrl.perf.hardware import MODELS, ModelSpec
+from tailrl.perf.hardware import ModelSpec
 from tailrl.train.batch import make_train_batch
 from tailrl.train.update import batch_logprobs
 
@@ -50,36 +47,12 @@ GROUP = 8  # samples per prompt (a GRPO group): siblings share the prompt's pref
 PROMPT_LEN = (16, 48)  # random prompt lengths, inclusive
 SPEC = {"spec.method": "auto", "spec.gate": False}  # gate off: speculate at every step, even where it costs
 TP_WORLD = 2
-TINY = ModelSpec("tiny", 2, 64, 4, 2, 128, 512)  # for engine.exact=strict on a CPU, where the kernels are interpreted
-
-
-def model_of(shape: str | ModelSpec, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
-    """The native decoder of a shape ("small": bench engine's 4-layer CPU model, a MODELS preset, or a
-    ModelSpec) with random N(0, 0.02) weights (bench/engine.py's random_model, for any spec)."""
-    named = {"tiny": TINY, "small": SMALL, **MODELS}
-    if isinstance(shape, str) and shape not in named:
-        raise UserError(f"unknown model shape '{shape}'; valid: {', '.join(named)}")
-    spec = shape if isinstance(shape, ModelSpec) else named[shape]
-    arch = SHAPES.get(spec.name) or ("Qwen2ForCausalLM" if spec.name.startswith("qwen") else "LlamaForCausalLM")
-    args = ModelArgs.from_hf(hf_config(spec, arch, max_pos))
-    return init_random(build_model(args, dtype, device), 0.02, seed).eval()
-
-
 def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group: int = GROUP) -> list[Request]:
     """ceil(sequences / group) random prompts with `group` samples each (the last one the remainder), every
     sample forced to exactly new_tokens tokens at temperature 1."""
     prompts = make_prompts(-(-sequences // group), vocab, *PROMPT_LEN, seed)
     params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, ignore_eos=True, seed=seed)
     return [Request(list(p), uid=i, n=min(group, sequences - i * group), params=params) for i, p in enumerate(prompts)]
-
-
-def engine_config(overrides: dict, settings: dict) -> EngineConfig:
-    """EngineConfig from the user's overrides (keys dotted or nested, as engine.* below the section), then
-    this benchmark's settings for the run on top (they decide what is compared)."""
-    tree: dict = {}
-    for key, value in [*copy.deepcopy(overrides).items(), *settings.items()]:
-        set_dotted(tree, key, value)
-    return config_from_dict(tree, EngineConfig)
 
 
 def timed_generate(engine: Engine, requests: list[Request], new_tokens: int, device: str) -> tuple[list, dict]:

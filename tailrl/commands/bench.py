@@ -91,7 +91,8 @@ def add(sub) -> None:
     q.add_argument("--tail-median", type=float, default=64.0)
     q.add_argument("--tail-shape", default=None, help="model shape of the long-tailed workload (default: "
                    "smollm2-135m on CUDA, the small 4-layer shape on a CPU)")
-    q.add_argument("--repeat", type=int, default=1, help="long-tailed runs per system (fastest kept)")
+    q.add_argument("--repeat", type=int, default=None, help="long-tailed runs per system, fastest kept (default: 2 "
+                   "on CUDA, where the first run captures graphs and compiles, 1 on a CPU)")
     q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="engine options for every run, e.g. --engine attention=torch --engine cuda_graphs=false")
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -214,15 +215,19 @@ def engine(a) -> int:
     cuda = device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda: this machine has no CUDA device")
-    if min(a.batches) < 1 or a.warmup < 0 or a.repeat < 1 or a.tail_batch < 1 or a.tail_max_len < 8:
+    repeat = a.repeat or (2 if cuda else 1)
+    if min(a.batches) < 1 or a.warmup < 0 or repeat < 1 or a.tail_batch < 1 or a.tail_max_len < 8:
         raise UserError("need batch sizes >= 1, --warmup >= 0, --repeat >= 1, --tail-batch >= 1, --tail-max-len >= 8")
     if a.threads:
         torch.set_num_threads(a.threads)
     overrides = _engine_overrides(a.engine)
+    fixed = sorted({"max_batch_size", "kv_cache_tokens", "block_size", "max_model_len", "max_prefill_tokens"} & set(overrides))
+    if fixed:
+        raise UserError(f"--engine {', '.join(fixed)}: set by the benchmark (use --batches / --context / --tail-batch)")
     run_engine_bench(a.out_dir, a.shapes or (["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["smollm2-135m"]),
                      a.batches, a.context or (512 if cuda else 128), a.steps or (20 if cuda else 5), a.warmup, device,
                      a.dtype or ("bfloat16" if cuda else "float32"), not a.no_tail, a.tail_batch, a.tail_max_len,
-                     a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), a.repeat, overrides)
+                     a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), repeat, overrides)
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0
 

@@ -4,7 +4,9 @@ PODS, priced by a roofline (GPU presets) or by a measured profile of tailrl's en
 
     workload.py  rounds: traces, synthetic  events.py   discrete-event loop
     generation.py one round on the cluster  spec.py     speculation's cost model
-    run.py       steps from a SimConfig      report.py   table + plots     profile.py  engine profile
+    run.py       steps from a SimConfig      report.py   table + plots
+
+The engine profile it can price with is tailrl/engine/latency_profile.py.
 
 GPU / model presets, the roofline and profiled latency predictors and PAT's policy are tailrl/perf/
 (shared with the live PAT controller in tailrl/parallel).

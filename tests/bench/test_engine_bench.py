@@ -16,6 +16,9 @@ def test_decode_step_measures_and_counts():
     r = decode_step(model, batch=3, context=10, steps=2, warmup=1, device="cpu", overrides={})
     assert r["batch"] == 3 and r["step_ms"] > 0 and len(r["step_ms_all"]) == 2 and r["ops"] > 10
     assert r["attention"] == "torch" and not r["static"]
+    nested = decode_step(model, batch=2, context=6, steps=1, warmup=1, device="cpu",
+                         overrides={"spec": {"method": "ngram"}, "sampler": "inverse_cdf"})  # --engine spec.method=...
+    assert nested["batch"] == 2 and nested["step_ms"] > 0
 
 
 def test_roofline_fraction_is_bytes_over_bandwidth_over_time():
@@ -49,5 +52,7 @@ def test_bad_arguments_are_one_line(capsys):
     assert "use --exact and --batches" in capsys.readouterr().err
     assert main(["bench", "exactness", "--engine", "colour=red"]) == 2
     assert "colour" in capsys.readouterr().err
+    assert main(["bench", "engine", "--engine", "max_batch_size=8", "--no-tail"]) == 2
+    assert "--engine max_batch_size: set by the benchmark" in capsys.readouterr().err
     assert main(["bench", "exactness", "--shape", "huge", "--out-dir", "unused"]) == 2
     assert "unknown model shape 'huge'; valid: tiny, small, " in capsys.readouterr().err
