@@ -58,9 +58,6 @@ class Registry(Generic[T]):
         """Unregister `name` (a plugin unloading, a test cleaning up); absent names are ignored."""
         self._entries.pop(name, None)
 
-    def names(self) -> list[str]:
-        return list(self._entries)
-
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 

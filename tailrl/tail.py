@@ -22,6 +22,11 @@ def len_max_over_median(lengths: list[int]) -> float:
     return max(lengths) / max(statistics.median(lengths), 1.0)
 
 
+def group_ratios(groups: list[list[int]]) -> list[float]:
+    """len_max_over_median of each group with >= 2 responses (a lone response has no tail)."""
+    return [len_max_over_median(g) for g in groups if len(g) >= 2]
+
+
 def straggler_event(lengths: list[int], tau: float = DEFAULT_TAU) -> bool:
     """A group straggles when its longest response exceeds tau x its median (SAGC's definition)."""
     return len_max_over_median(lengths) > tau

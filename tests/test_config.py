@@ -92,6 +92,10 @@ def test_moved_speculation_keys_name_their_new_place():
         load_config(None, ["engine.spec.window=4"])
     with pytest.raises(UserError, match="'spec.ngram_max' moved to 'engine.spec.coupled.ngram_max'"):
         load_config(None, ["spec.ngram_max=4"], cls=EngineConfig)
+    with pytest.raises(UserError, match="'control.tau' moved to 'control.straggler_tau'"):  # the simulator's rename
+        load_config(None, ["control.tau=1.5"], cls=SimConfig)
+    with pytest.raises(UserError, match="unknown config key 'control.tau'"):  # not a training key, never was
+        load_config(None, ["control.tau=1.5"])
     spec = load_config(None, ["engine.spec.method=draft:/m", "engine.spec.decoupled.window=3"]).engine.spec
     assert (spec.method, spec.draft_model, spec.decoupled.window) == ("draft", "/m", 3)  # draft:PATH parsed once
     with pytest.raises(UserError, match="unknown speculation method 'magic'"):

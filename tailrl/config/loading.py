@@ -24,25 +24,25 @@ def _valid_keys(cls) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check/convert one YAML value against a dataclass field type."""
+def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
+    """Check/convert one YAML value against a dataclass field type (moved: as _build)."""
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping with keys {_valid_keys(tp)}, got {value!r}")
-        return _build(tp, value, where)
+        return _build(tp, value, where, moved)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(value, args[0], where)
+        return _coerce(value, args[0], where, moved)
     if origin is tuple:
         (inner, *_rest) = typing.get_args(tp)
         if isinstance(value, (str, int, float)):
             value = [value]
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{where}: expected a list, got {value!r}")
-        return tuple(_coerce(v, inner, f"{where}[]") for v in value)
+        return tuple(_coerce(v, inner, f"{where}[]", moved) for v in value)
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping, got {value!r}")
@@ -71,26 +71,28 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-def _moved(loc: str) -> str | None:
-    """The new name of a key that moved (MOVED_KEYS), matched by its tail so a section loaded on its own
-    (`--engine spec.window=4`) is recognised too."""
-    return next((new for old, new in MOVED_KEYS.items() if old == loc or old.endswith("." + loc)), None)
+def _moved(loc: str, moved: dict) -> str | None:
+    """The new name of a key that moved (old dotted name -> new), matched by its tail so a section loaded on
+    its own (`--engine spec.window=4`) is recognised too."""
+    return next((new for old, new in moved.items() if old == loc or old.endswith("." + loc)), None)
 
 
-def _build(cls, data: dict, where: str = ""):
+def _build(cls, data: dict, where: str = "", moved: dict = MOVED_KEYS):
+    """cls from data, checked key by key; moved: the renamed keys of the config being loaded (the training
+    config's, or a root class's own `moved_keys`)."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in names:
             loc = f"{where}.{key}" if where else key
-            new = _moved(loc)
+            new = _moved(loc, moved)
             if new is not None:
                 raise UserError(f"config key '{loc}' moved to '{new}'")
             raise UserError(f"unknown config key '{loc}'; valid keys{' in ' + where if where else ''}: {_valid_keys(cls)}")
     kwargs = {}
     for key, value in data.items():
         loc = f"{where}.{key}" if where else key
-        kwargs[key] = _coerce(value, hints[key], loc)
+        kwargs[key] = _coerce(value, hints[key], loc, moved)
     return cls(**kwargs)
 
 
@@ -117,7 +119,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def config_from_dict(data: dict, cls=Config):
-    return _build(cls, data or {})
+    return _build(cls, data or {}, moved=getattr(cls, "moved_keys", MOVED_KEYS))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (), cls=Config):
@@ -153,7 +155,7 @@ def to_dict(cfg) -> dict:
             return [conv(v) for v in x]
         return x
 
-    return {k: (to_dict(v) if dataclasses.is_dataclass(v) else conv(v)) for k, v in dataclasses.asdict(cfg).items()}
+    return {k: conv(v) for k, v in dataclasses.asdict(cfg).items()}  # asdict recursed into the sections
 
 
 def dump_config(cfg, path: str | Path) -> None:

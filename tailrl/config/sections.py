@@ -195,7 +195,7 @@ class TrainConfig:
                                   "and packed so rows x longest row <= this (veRL's use_dynamic_bsz)")
     logprob_chunk_rows: int = opt(1024, "completion tokens whose LM head + log-softmax run at a time in the "
                                   "training forward, recomputed in backward (0: all at once, keeping (S, C, V) "
-                                  "logits)")
+                                  "logits; engine.exact=strict uses its invariant kernels either way)")
     activation_checkpointing: bool = opt(False, "recompute each decoder layer in backward instead of keeping its "
                                          "activations (less memory, one more forward)")
     release_kv_during_update: bool | None = opt(None, "free the engine's KV pool during the update and allocate it "
@@ -252,6 +252,3 @@ MOVED_KEYS = {f"engine.spec.{k}": f"engine.spec.coupled.{k}"
 MOVED_KEYS |= {f"engine.spec.{k}": f"engine.spec.decoupled.{k}"
                for k in ("window", "draft_cores", "verify_cores", "draft_device", "profile", "acceptance",
                          "reconfigure_every")}
-# the simulator's keys renamed to the training config's names for the same concepts
-MOVED_KEYS |= {"workload.max_len": "workload.max_new_tokens", "control.rollout_batch": "control.rollout_batch_size",
-               "control.tau": "control.straggler_tau", "spec.w_max": "spec.k_max"}

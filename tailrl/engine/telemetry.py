@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tailrl.tail import DEFAULT_TAU, len_max_over_median, straggler_rate, tail_efficiency
+from tailrl.tail import DEFAULT_TAU, group_ratios, straggler_rate, tail_efficiency
 
 
 def merge_spec(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -93,7 +93,7 @@ class RolloutTrace:
         return dict(groups)
 
     def len_max_over_median(self) -> list[float]:
-        return [len_max_over_median(v) for v in self.group_lengths().values() if len(v) >= 2]
+        return group_ratios(list(self.group_lengths().values()))
 
     def straggler_rate(self) -> float:
         return straggler_rate(list(self.group_lengths().values()), self.tau)

@@ -6,6 +6,7 @@ training carry the training config's names (max_new_tokens, rollout_batch_size, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tailrl.config.fields import opt
 from tailrl.tail import DEFAULT_TAU
@@ -108,3 +109,7 @@ class SimConfig:
     control: ControlSimConfig = opt(factory=ControlSimConfig, help="group-size control")
     compare: dict = opt(factory=dict, help="variant name -> list of dotted overrides")
     seed: int = opt(0, "random seed of the synthetic workload")
+
+    # keys renamed to the training config's names for the same concepts: a user's old key gets the new name
+    moved_keys: ClassVar[dict] = {"workload.max_len": "workload.max_new_tokens", "control.tau": "control.straggler_tau",
+                                  "control.rollout_batch": "control.rollout_batch_size", "spec.w_max": "spec.k_max"}

@@ -7,7 +7,10 @@ Every rank draws the same prompts (same sampler, same seed) and gives them the s
 scores only its share of the requests (`share`), then the step's groups are all-gathered, so every rank
 holds every group and computes every global decision (SAGC's G, DAPO's refills, PODS, the loss
 normalisers) from the same data: identical on all ranks by construction. Keyed sampling makes the union of
-the ranks' rollouts token-identical to one process generating the whole batch. Each rank then trains on
+the ranks' rollouts token-identical to one process generating the whole batch, given the same weights and
+logits: with engine.exact=strict exactly; with fast, up to batch-dependent reductions (each rank decodes a
+different batch), and the FSDP gradient sum adds in another order than one process, so weights agree to
+rounding and a near-tie may flip in a later step. Each rank then trains on
 its share of the micro-batches (train/update.py); FSDP2 sums the gradients. Rank 0 logs and writes the
 model; every rank writes its optimizer shard.
 

@@ -17,10 +17,8 @@ def resolve_algo(algo: AlgoConfig, max_new_tokens: int) -> AlgoConfig:
     filled = replace(algo, **{k: v for k, v in preset.items() if getattr(algo, k) is None})
     if filled.overlong_buffer == -1:
         filled = replace(filled, overlong_buffer=max_new_tokens // 4)
-    if filled.advantage not in ADVANTAGES:
-        raise UserError(f"unknown algo.advantage '{filled.advantage}'; valid: {', '.join(ADVANTAGES)}")
-    if filled.loss_agg not in AGGREGATIONS:
-        raise UserError(f"unknown algo.loss_agg '{filled.loss_agg}'; valid: {', '.join(AGGREGATIONS)}")
+    ADVANTAGES.get(filled.advantage)  # unknown names: the registry's one-line error
+    AGGREGATIONS.get(filled.loss_agg)
     if filled.ppo_epochs < 1:
         raise UserError(f"algo.ppo_epochs must be >= 1, got {filled.ppo_epochs}")
     if not 0 <= filled.overlong_buffer < max_new_tokens:

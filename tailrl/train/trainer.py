@@ -41,7 +41,7 @@ from tailrl.model.loading import (
 )
 from tailrl.model.weights import hf_state_dict, load_weights
 from tailrl.rewards import build_reward
-from tailrl.tail import len_max_over_median, straggler_rate
+from tailrl.tail import group_ratios, straggler_rate
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tailrl.train.distributed import init_distributed, rank_device
@@ -217,8 +217,9 @@ class Trainer:
         mismatch: dict[str, float] = {}
         for epoch in range(self.cfg.algo.ppo_epochs):
             out = update_step(self.model, self.optimizer, batch, self.spec, **par)
-            if epoch == 0:  # the engine's logprobs vs the trainer's, before any update of this step
+            if epoch == 0:  # the engine's logprobs vs the trainer's, before any update of this step: measured once
                 mismatch = {k: v for k, v in out.items() if k.startswith("rollout/logprob_diff")}
+                batch.rollout_logp = None
         out |= mismatch
         out["actor/advantage_abs_mean"] = adv.abs().mean().item()
         return out
@@ -247,7 +248,7 @@ class Trainer:
             m["reward/accuracy"] = statistics.mean(float(v >= 1.0) for g in gen for v in g.components[first])
         # length statistics from the step's groups (every rank's, all-gathered), timing from this rank's traces
         done = [[r.num_tokens for r in g.rollouts if r.finish_reason != "error"] for g in gen]
-        ratios = [len_max_over_median(n) for n in done if len(n) >= 2]
+        ratios = group_ratios(done)
         eff = [tr.tail_efficiency() for tr in phase.traces]
         m |= {"rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
               "rollout/straggler_rate": straggler_rate(done, self.cfg.rollout.straggler_tau),
