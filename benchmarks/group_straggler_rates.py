@@ -15,9 +15,10 @@ import torch
 from tailrl.config import EngineConfig
 from tailrl.demo.run import DEMO_SPEC, DEMO_TASK
 from tailrl.demo.warmstart import warm_start
-from tailrl.engine import Request, SamplingParams, build_engine
+from tailrl.engine import Request, SamplingParams
 from tailrl.model import load
 from tailrl.model.loading import cache_dir
+from tailrl.speculative import build_engine
 
 
 def main() -> None:

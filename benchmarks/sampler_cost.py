@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from tailrl.engine.keyed import SAMPLERS, hash_keys, host_flags, keyed_sample_hashed
+from tailrl.engine.sampling import SAMPLERS, hash_keys, host_flags, keyed_sample_hashed
 
 
 def _times(fn, iters: int, device: str) -> list[float]:

@@ -26,8 +26,7 @@ def run_variant(a: argparse.Namespace) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from tailrl.algo.chunked_logprobs import chunked_token_logprobs
-    from tailrl.algo.logprobs import token_logprobs
+    from tailrl.model.head import chunked_token_logprobs, token_logprobs
 
     torch.set_num_threads(a.threads)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]

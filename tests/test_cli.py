@@ -37,7 +37,9 @@ def test_generate_contract(model_dir, tmp_path, capsys):
     assert all(by[(i, 0)]["finish_reason"] == "error" for i in (2, 3, 4))
     assert "line 3" in by[(2, 0)]["error"] and "empty" in by[(3, 0)]["error"] and "context" in by[(4, 0)]["error"]
     assert by[(0, 0)]["num_tokens"] == len(by[(0, 0)]["token_ids"]) > 0
-    assert png.stat().st_size > 1000
+    head = png.read_bytes()[:24]  # a PNG whose IHDR holds the figure's size: 8 x 3.5 inches at 120 dpi
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    assert (int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")) == (960, 420)
     err = capsys.readouterr().err
     assert "straggler rate" in err and "tail efficiency" in err and "tokens/s" in err
     # same seed, same tokens
@@ -93,7 +95,8 @@ def test_generate_with_speculation_and_bad_spec(model_dir, tmp_path, capsys):
                  "--spec", "auto", "--out", str(out)]) == 0
     assert len(out.read_text().splitlines()) == 2
     assert main(["generate", "--model", str(model_dir), "--prompts", str(prompts), "--spec", "magic"]) == 2
-    assert "unknown speculation method 'magic'" in capsys.readouterr().err
+    assert "unknown engine.spec.method 'magic'; valid: none, draft, ngram, history, auto, draft:PATH" in \
+        capsys.readouterr().err
 
 
 def test_bench_sagc_bad_candidates_is_one_line(capsys):

@@ -1,10 +1,12 @@
 import dataclasses
+import re
 
 import pytest
 import torch
 
 from tailrl.cli import main
 from tailrl.config import Config, EngineConfig, dump_config, load_config
+from tailrl.config.fields import choices_of
 from tailrl.errors import UserError
 from tailrl.model.loading import resolve_device
 from tailrl.sim.config import SimConfig
@@ -98,7 +100,7 @@ def test_moved_speculation_keys_name_their_new_place():
         load_config(None, ["control.tau=1.5"])
     spec = load_config(None, ["engine.spec.method=draft:/m", "engine.spec.decoupled.window=3"]).engine.spec
     assert (spec.method, spec.draft_model, spec.decoupled.window) == ("draft", "/m", 3)  # draft:PATH parsed once
-    with pytest.raises(UserError, match="unknown speculation method 'magic'"):
+    with pytest.raises(UserError, match="unknown engine.spec.method 'magic'"):
         load_config(None, ["engine.spec.method=magic"])
 
 
@@ -109,3 +111,45 @@ def test_device_auto_and_a_missing_cuda_is_one_line(monkeypatch):
         resolve_device("cuda")
     with pytest.raises(UserError, match="unknown model.device 'tpu'"):
         resolve_device("tpu")
+
+
+def _choice_keys(cls=Config, prefix=""):
+    """(dotted key, field) of every key with choices in a config class tree."""
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default_factory):  # a nested section
+            yield from _choice_keys(f.default_factory, f"{prefix}{f.name}.")
+        elif f.metadata.get("choices") is not None:
+            yield f"{prefix}{f.name}", f
+
+
+def test_every_choice_key_refuses_an_unknown_name_with_the_valid_ones():
+    keys = dict(_choice_keys())
+    assert {"engine.attention", "engine.exact", "engine.sampler", "engine.spec.method", "engine.spec.mode",
+            "model.dtype", "data.format", "data.on_bad_row", "algo.name", "algo.advantage", "algo.loss_agg",
+            "algo.downsample.rule", "control.kind"} <= set(keys)
+    for key, f in keys.items():
+        names = choices_of(f)
+        assert f.default is None or f.default in names, key  # defaults are valid (the check skips them)
+        for name in names:
+            if name != "draft:PATH":
+                load_config(None, [f"{key}={name}"])  # every listed name loads
+        with pytest.raises(UserError, match=rf"^unknown {key} 'nope'; valid: {re.escape(', '.join(names))}$"):
+            load_config(None, [f"{key}=nope"])
+
+
+def test_config_show_lists_registry_choices(capsys):
+    assert main(["config", "show", "algo"]) == 0
+    out = capsys.readouterr().out
+    assert "advantage estimator (tailrl.algo.ADVANTAGES) [choices: grpo | drgrpo]" in out  # the registry's names
+    assert main(["config", "show", "engine.attention=foo"]) == 2
+    assert "unknown engine.attention 'foo'; valid: auto, torch, triton" in capsys.readouterr().err
+
+
+def test_train_refuses_a_bad_choice_before_the_model_loads(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {path: /does/not/exist}\ndata: {source: /does/not/exist.jsonl}\n")
+    for key, bad, valid in (("engine.attention", "foo", "auto, torch, triton"), ("algo.loss_agg", "sum", "token-mean"),
+                            ("control.kind", "pid", "sagc, static")):
+        assert main(["train", str(cfg), f"{key}={bad}"]) == 2
+        err = capsys.readouterr().err
+        assert f"unknown {key} '{bad}'; valid: {valid}" in err and "exist" not in err

@@ -1,7 +1,7 @@
 """The package's dependency rules, checked on its source so they stay true (ARCHITECTURE.md, "Layout").
 
-- Dependencies point down: the engine knows nothing of training, control, the demo, the simulator, the
-  benchmarks or the CLI; parallel rollout does not run on the simulator; training does not reach into the
+- Dependencies point down: the engine knows nothing of speculation (tailrl/speculative builds on it),
+  training, control, the demo, the simulator, the benchmarks or the CLI; the model nothing of algo/; parallel rollout does not run on the simulator; training does not reach into the
   CLI. Tail metrics live in tailrl/tail.py, which imports no tailrl module.
 - Imports go at module top. An import inside a function is allowed only with a comment saying why that
   contains "lazy" (an optional dependency, a subprocess's start-up, the CLI keeping torch out of --help),
@@ -16,10 +16,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "tailrl"
 
 FORBIDDEN = {
-    "engine": {"train", "control", "demo", "sim", "bench", "commands", "parallel"},
+    "engine": {"speculative", "outputs", "train", "control", "demo", "sim", "bench", "commands", "parallel"},
+    "speculative": {"outputs", "train", "control", "demo", "sim", "bench", "commands", "parallel"},
+    "outputs": {"speculative", "train", "control", "demo", "sim", "bench", "commands", "parallel"},
     "parallel": {"sim", "train", "demo", "bench", "commands"},
     "train": {"commands", "bench", "demo", "sim"},
-    "model": {"engine", "train", "control", "demo", "sim", "bench", "commands", "parallel"},
+    "model": {"engine", "speculative", "algo", "train", "control", "demo", "sim", "bench", "commands", "parallel"},
     "kernels": {"engine", "train", "control", "demo", "sim", "bench", "commands", "parallel", "model"},
     "algo": {"engine", "train", "control", "demo", "sim", "bench", "commands", "parallel", "model"},
     "control": {"engine", "train", "demo", "sim", "bench", "commands", "parallel", "model"},
@@ -99,3 +101,19 @@ def test_the_rules_catch_what_they_should():
     assert [n.lineno for n in _function_imports(tree)] == [2]
     assert _imported(next(_function_imports(tree)), "tailrl.engine.x") == ["tailrl.train"]
     assert "train" in FORBIDDEN["engine"]
+
+
+def _model_calls(tree: ast.AST) -> list[int]:
+    """Lines calling a `model` attribute (`self.model(...)`, `engine.model(...)`): a forward of the model."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "model"]
+
+
+def test_only_the_runner_runs_the_engines_model():
+    """The engine's forwards (prefill, decode, verify, static and graph steps) all go through ModelRunner."""
+    bad = []
+    for path, module in _modules():
+        if module.startswith(("tailrl.engine.", "tailrl.speculative.")) and module != "tailrl.engine.runner":
+            bad += [f"{module}:{line}" for line in _model_calls(ast.parse(path.read_text()))]
+    assert not bad, "the model's forward called outside engine/runner.py:\n" + "\n".join(bad)
+    assert _model_calls(ast.parse("x = self.model(ids)\ny = model(ids)\n")) == [1]

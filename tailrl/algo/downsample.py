@@ -17,6 +17,7 @@ from typing import Protocol
 
 import torch
 
+from tailrl.errors import UserError
 from tailrl.registry import Registry
 
 
@@ -26,6 +27,11 @@ class DownsampleRule(Protocol):
 
 
 DOWNSAMPLE: Registry[DownsampleRule] = Registry("algo.downsample.rule")
+
+
+def rule_choices() -> tuple[str, ...]:
+    """The valid algo.downsample.rule names: none (no down-sampling) and every registered rule."""
+    return ("none", *DOWNSAMPLE)
 
 
 def _sorted_order(rewards: torch.Tensor) -> torch.Tensor:
@@ -78,3 +84,25 @@ def random_subset(rewards: torch.Tensor, m: int, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randperm(rewards.numel(), generator=g)[: m].sort().values
 
+
+def pods_m(ds, group_size: int) -> int | None:
+    """Rollouts trained per prompt for this step's G (None: no down-sampling). Raises on bad config."""
+
+    if ds.rule == "none":
+        return None
+    n = ds.n or group_size
+    if n != group_size:
+        raise UserError(f"algo.downsample.n ({ds.n}) must match the group size G ({group_size}); leave it 0 to follow G")
+    if ds.m:
+        m = ds.m
+    elif ds.ratio:
+        if ds.ratio < 1:
+            raise UserError(f"algo.downsample.ratio must be >= 1 (n / m), got {ds.ratio}")
+        m = max(1, int(round(n / ds.ratio)))
+    else:
+        raise UserError("algo.downsample needs m or ratio")
+    if m > n:
+        raise UserError(f"algo.downsample.m ({m}) must be <= n ({n})")
+    if ds.rule == "max_variance" and m < 2:
+        raise UserError(f"max_variance down-sampling needs m >= 2 (got m = {m})")
+    return m

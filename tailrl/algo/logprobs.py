@@ -1,18 +1,9 @@
-"""Per-token logprobs of given completion tokens under a model (the training forward)."""
+"""Per-token logprobs of given completion tokens under a model (the training forward); the LM head's modes
+themselves are model/head.py."""
 
 from __future__ import annotations
 
 import torch
-
-
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """logits: (S, T, V) predicting targets (S, T) -> (S, T) log softmax(logits / T)[target].
-    Computed row-chunk by row-chunk in fp32 to bound the (S, T, V) fp32 temporary."""
-    out = []
-    for lg, tg in zip(logits.split(4), targets.split(4)):
-        lp = (lg.float() / temperature).log_softmax(-1)
-        out.append(lp.gather(-1, tg.unsqueeze(-1)).squeeze(-1))
-    return torch.cat(out)
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, prompt_lens: torch.Tensor, max_completion: int,

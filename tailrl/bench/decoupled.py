@@ -24,10 +24,11 @@ from tailrl.bench.spec_workload import measure_acceptance, prompt_texts, workloa
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.demo.draft import demo_draft
 from tailrl.demo.run import DEMO_TASK
-from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.spec.decoupled.tgs import choose, save_tgs_profile, tgs_coupled, tgs_decoupled, tgs_plain
-from tailrl.engine.spec.profiling.tgs import profile_tgs
+from tailrl.engine import Request, SamplingParams
 from tailrl.model import load
+from tailrl.speculative import build_engine
+from tailrl.speculative.decoupled.tgs import choose, save_tgs_profile, tgs_coupled, tgs_decoupled, tgs_plain
+from tailrl.speculative.profiling.tgs import profile_tgs
 
 # the TGS model's tokens per second per request of each mode at mean batch b (coupled: its best window)
 PREDICT = {
@@ -62,7 +63,7 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
     t = time.perf_counter()
     # offline profile on the demo's train prompts; the measurement below runs on test prompts
     train = prompt_texts("demo", 256, "train")
-    prof = profile_tgs(Engine, model, draft, [G], batches=tuple(sorted({1, 8, 32, *batches})), windows=(1, 2, 3, 4),
+    prof = profile_tgs(model, draft, [G], batches=tuple(sorted({1, 8, 32, *batches})), windows=(1, 2, 3, 4),
                        progress=lambda m: print("  " + m, flush=True), decoupled=(gd, G - gd),
                        requests=workload(tok, train, group, max_new))
     prof["acceptance"] = measure_acceptance(model, tok, draft, train, max_new, 1.0)
@@ -84,7 +85,7 @@ def run_modes_bench(out_dir: str, modes: list[str], batches: list[int], max_new:
                     "auto": SpecConfig(mode="auto", **common)}
         reqs = [Request(tok(r["prompt"])["input_ids"], uid=i, n=group, params=params)
                 for i, r in enumerate(rows_all[:B // group])]
-        engines = {m: Engine(model, EngineConfig(kv_cache_tokens=B * (max_new + 64) * 2, max_batch_size=B,
+        engines = {m: build_engine(model, None, EngineConfig(kv_cache_tokens=B * (max_new + 64) * 2, max_batch_size=B,
                                                  spec=spec_cfg[m])) for m in modes}
         warm = [Request(r.prompt_ids, uid=10**6 + i, params=SamplingParams(max_new_tokens=8)) for i, r in enumerate(reqs[:4])]
         for e in engines.values():

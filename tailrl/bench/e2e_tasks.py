@@ -27,7 +27,7 @@ from tailrl.bench.engine_tail import hf_config
 from tailrl.demo.run import DEMO_TASK, demo_config, demo_policy, local_run_config, write_splits
 from tailrl.model import ModelArgs, build_model, init_random
 from tailrl.model.loading import cache_dir, hf_folder, load_tokenizer, save_hf
-from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.hardware import ModelShape
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:
         (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _sum_rows(n, split)))
 
 
-WIDE = ModelSpec("wide", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=49152)
+WIDE = ModelShape("wide", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=49152)
 
 
 def _wide_model() -> Path:

@@ -25,11 +25,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from tailrl.bench.common import write_outputs
 from tailrl.bench.engine_tail import engine_config, hf_config, long_tail, sync
-from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.keyed import host_flags, keyed_sample_hashed
+from tailrl.engine import Request, SamplingParams
+from tailrl.engine.sampling import host_flags, keyed_sample_hashed
 from tailrl.errors import UserError
 from tailrl.model import ModelArgs, build_model, init_random
-from tailrl.perf.hardware import GPUS, MODELS, ModelSpec
+from tailrl.perf.hardware import GPUS, MODELS, ModelShape
+from tailrl.speculative import build_engine
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler's start/stop lines would interleave the table
 
@@ -37,19 +38,19 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler's start/stop line
 SHAPES = {"smollm2-135m": "LlamaForCausalLM", "qwen2.5-0.5b": "Qwen2ForCausalLM", "qwen2.5-1.5b": "Qwen2ForCausalLM"}
 # the long-tailed workload's CPU default: a static HF batch of 64 x 1024 steps of the 135M shape takes far
 # too long on a CPU, so there a small Llama (hidden 256, 4 layers, vocab 2048) stands in
-SMALL = ModelSpec("small", 4, 256, 4, 2, 704, 2048)
-TINY = ModelSpec("tiny", 2, 64, 4, 2, 128, 512)  # for engine.exact=strict on a CPU, where the kernels are interpreted
+SMALL = ModelShape("small", 4, 256, 4, 2, 704, 2048)
+TINY = ModelShape("tiny", 2, 64, 4, 2, 128, 512)  # for engine.exact=strict on a CPU, where the kernels are interpreted
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
-def model_of(shape: str | ModelSpec, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
-    """The native decoder of a shape ("tiny", "small", a MODELS preset, or a ModelSpec) with random
+def model_of(shape: str | ModelShape, dtype: torch.dtype, device: str, max_pos: int, seed: int = 0):
+    """The native decoder of a shape ("tiny", "small", a MODELS preset, or a ModelShape) with random
     N(0, 0.02) weights."""
     named = {"tiny": TINY, "small": SMALL, **MODELS}
     if isinstance(shape, str) and shape not in named:
         raise UserError(f"unknown model shape '{shape}'; valid: {', '.join(named)}")
-    spec = shape if isinstance(shape, ModelSpec) else named[shape]
+    spec = shape if isinstance(shape, ModelShape) else named[shape]
     arch = SHAPES.get(spec.name) or ("Qwen2ForCausalLM" if spec.name.startswith("qwen") else "LlamaForCausalLM")
     args = ModelArgs.from_hf(hf_config(spec, arch, max_pos))
     return init_random(build_model(args, dtype, device), 0.02, seed).eval()
@@ -67,7 +68,7 @@ def decode_step(model, batch: int, context: int, steps: int, warmup: int, device
     block = 16
     max_len = context + warmup + steps + 8
     kv = batch * (-(-max_len // block) + 1) * block
-    engine = Engine(model, engine_config(overrides, {"max_batch_size": batch, "kv_cache_tokens": kv, "block_size": block,
+    engine = build_engine(model, None, engine_config(overrides, {"max_batch_size": batch, "kv_cache_tokens": kv, "block_size": block,
                                                      "max_model_len": max_len, "max_prefill_tokens": max(8192, context)}))
     rng = random.Random(batch)
     vocab = model.args.vocab_size
@@ -103,9 +104,9 @@ def decode_step(model, batch: int, context: int, steps: int, warmup: int, device
     return out
 
 
-def roofline_fraction(spec: ModelSpec, bytes_per_param: int, batch: int, context: int, step_ms: float, gpu) -> float:
+def roofline_fraction(spec: ModelShape, bytes_per_param: int, batch: int, context: int, step_ms: float, gpu) -> float:
     """(weights + K/V read per decode step) / HBM peak / step time."""
-    s = ModelSpec(**{**spec.__dict__, "bytes_per_param": bytes_per_param})
+    s = ModelShape(**{**spec.__dict__, "bytes_per_param": bytes_per_param})
     read = s.weight_bytes + batch * context * s.kv_bytes_per_token
     return read / (gpu.hbm_tbps * 1e12) / (step_ms / 1e3)
 

@@ -28,7 +28,8 @@ from tailrl.config import EngineConfig, config_from_dict
 from tailrl.config.loading import set_dotted
 from tailrl.engine import Engine, Request, SamplingParams
 from tailrl.model import ModelArgs, build_model, load_weights
-from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.hardware import ModelShape
+from tailrl.speculative import build_engine
 from tailrl.tail import len_max_over_median
 
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -57,8 +58,8 @@ def make_prompts(batch: int, vocab: int, lo: int, hi: int, seed: int) -> list[li
     return [[int(t) for t in rng.integers(3, vocab, size=int(n))] for n in lens]
 
 
-def hf_config(spec: ModelSpec, arch: str, max_pos: int) -> dict:
-    """A transformers config dict of a ModelSpec's shape (Llama or Qwen2 family)."""
+def hf_config(spec: ModelShape, arch: str, max_pos: int) -> dict:
+    """A transformers config dict of a ModelShape's shape (Llama or Qwen2 family)."""
     return dict(architectures=[arch], model_type="qwen2" if arch.startswith("Qwen2") else "llama",
                 vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
                 num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
@@ -67,7 +68,7 @@ def hf_config(spec: ModelSpec, arch: str, max_pos: int) -> dict:
                 pad_token_id=PAD_ID, initializer_range=0.02)
 
 
-def build_pair(spec: ModelSpec, arch: str, max_pos: int, dtype: torch.dtype, device: str, seed: int):
+def build_pair(spec: ModelShape, arch: str, max_pos: int, dtype: torch.dtype, device: str, seed: int):
     """(hf, native): a random-init transformers model and tailrl's decoder with the same weights."""
     # lazy: transformers takes seconds to import; only the HF side of the benchmark needs it
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -135,7 +136,7 @@ def run_tailrl(engine: Engine, prompts, lengths, temperature: float, device: str
             "tail_efficiency": trace.tail_efficiency()}
 
 
-def long_tail(spec: ModelSpec, arch: str, device: str, dtype: torch.dtype, batch: int, median: float, sigma: float,
+def long_tail(spec: ModelShape, arch: str, device: str, dtype: torch.dtype, batch: int, median: float, sigma: float,
               max_len: int, temperature: float, repeat: int, seed: int, engine_overrides: dict,
               progress=print) -> dict:
     """Side by side on one workload: HF default cache, HF static cache, tailrl (fastest of `repeat` each)."""
@@ -144,7 +145,7 @@ def long_tail(spec: ModelSpec, arch: str, device: str, dtype: torch.dtype, batch
     max_pos = max(len(p) for p in prompts) + max_len + 16
     hf, native = build_pair(spec, arch, max_pos, dtype, device, seed)
     kv = sum(len(p) + n for p, n in zip(prompts, lengths)) + 16 * batch
-    engine = Engine(native, engine_config(engine_overrides, {"max_batch_size": batch, "kv_cache_tokens": kv,
+    engine = build_engine(native, None, engine_config(engine_overrides, {"max_batch_size": batch, "kv_cache_tokens": kv,
                                                              "max_model_len": max_pos}), eos_ids=[EOS_ID])
     warm = prompts[:2]
     run_tailrl(engine, warm, [4, 4], temperature, device, seed)  # first-call costs stay out of the timings

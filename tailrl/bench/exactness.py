@@ -39,7 +39,8 @@ from tailrl.model.weights import full_tensors
 from tailrl.parallel.dist import spawn
 from tailrl.parallel.layout import Layout
 from tailrl.parallel.rollout import tp_generate
-from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.hardware import ModelShape
+from tailrl.speculative import build_engine
 from tailrl.train.batch import make_train_batch
 from tailrl.train.update import batch_logprobs
 
@@ -106,7 +107,7 @@ def _rows(rollouts: list[Rollout]) -> tuple[list, list, list]:
 
 
 def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: int = 256,
-                        shape: str | ModelSpec = "small", device: str | None = None, dtype: str | None = None,
+                        shape: str | ModelShape = "small", device: str | None = None, dtype: str | None = None,
                         exact: str = "fast", batches=(1, 16, 64, 256), spec: bool = True, tp: bool = True,
                         engine_overrides: dict | None = None, seed: int = 0, progress=print) -> dict:
     """Token identity of the same requests across batch sizes, speculation, CUDA graphs and TP layouts for
@@ -124,7 +125,7 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
     t_start = time.perf_counter()
 
     def build(b: int, settings: dict, on=model) -> Engine:
-        return Engine(on, engine_config(overrides, {"max_batch_size": b, "exact": exact, **settings}))
+        return build_engine(on, None, engine_config(overrides, {"max_batch_size": b, "exact": exact, **settings}))
 
     def run(name: str, engine: Engine, close: bool = True) -> None:
         outs[name], runs[name] = timed_generate(engine, requests, new_tokens, device)

@@ -17,15 +17,15 @@ from pathlib import Path
 
 from tailrl.bench.common import demo_policy, run_demo_training, write_outputs
 from tailrl.config import load_config
-from tailrl.engine import Engine
-from tailrl.engine.latency_profile import profile_engine, save_profile
 from tailrl.model import load
+from tailrl.parallel.latency_profile import profile_engine, save_profile
 from tailrl.perf.hardware import gpu, model_spec
 from tailrl.perf.latency import CALIBRATED, Roofline
 from tailrl.perf.pat import PatPolicy
 from tailrl.sim.command import resolve_config
 from tailrl.sim.config import SimConfig
 from tailrl.sim.run import simulate, variants
+from tailrl.speculative import build_engine
 
 TOLERANCE = 0.15
 
@@ -138,7 +138,7 @@ def replay(out_dir: Path, steps: int, trace: str | None = None, profile: str | N
 
         model, _ = load(str(model_dir), tokenizer=False)
         t0 = time.perf_counter()
-        prof = profile_engine(Engine(model, run_cfg.engine), model.args.vocab_size, (1, 4, 16, 64, 128, 256), (8, 48, 128))
+        prof = profile_engine(build_engine(model, None, run_cfg.engine), model.args.vocab_size, (1, 4, 16, 64, 128, 256), (8, 48, 128))
         profile = str(out_dir / "engine_profile.json")
         save_profile(prof, profile)
         print(f"  engine profiled in {time.perf_counter() - t0:.1f} s -> {profile}")

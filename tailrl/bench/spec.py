@@ -24,9 +24,10 @@ import torch
 from tailrl.bench.common import demo_policy, run_demo_training
 from tailrl.config import EngineConfig, SpecConfig
 from tailrl.demo.run import DEMO_TASK
-from tailrl.engine import Request, SamplingParams, build_engine
+from tailrl.engine import Request, SamplingParams
 from tailrl.engine.telemetry import merge_spec
 from tailrl.model import load
+from tailrl.speculative import build_engine
 from tailrl.train.metrics import step_rows
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from tailrl.config import EngineConfig
 from tailrl.demo.run import DEMO_TASK
 from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.spec.profiling.acceptance import keyed_acceptance
 from tailrl.errors import UserError
 from tailrl.model import load
+from tailrl.speculative.profiling.acceptance import keyed_acceptance
 
 
 def prompt_texts(prompts: str, n: int, split: str = "test") -> list[str]:

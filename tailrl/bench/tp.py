@@ -23,11 +23,11 @@ from pathlib import Path
 from tailrl.bench.common import write_outputs
 from tailrl.config import EngineConfig
 from tailrl.engine import Request, SamplingParams
-from tailrl.engine.latency_profile import save_profile
 from tailrl.model import ModelArgs
 from tailrl.model.loading import build_model, cache_dir, save_hf
 from tailrl.model.weights import init_random
-from tailrl.parallel.generate import SwitchSpec, run_parallel_generate
+from tailrl.parallel.generate import SwitchParams, run_parallel_generate
+from tailrl.parallel.latency_profile import save_profile
 from tailrl.parallel.profile import profile_tp
 from tailrl.perf.latency import Profiled
 
@@ -76,10 +76,10 @@ def run_tp_bench(out_dir: str | Path, requests: int = 32, long_every: int = 16, 
     profile_s = time.perf_counter() - t
     save_profile(profile, out / "tp_profile.json")
     reqs = long_tailed_requests(requests, long_every, (8, 40), long)
-    runs = {"static TP1/DP2": (1, SwitchSpec()), "static TP2/DP1": (2, SwitchSpec()),
-            "adaptive (PAT)": (1, SwitchSpec("auto")),
-            "forced TP1->TP2, migrate": (1, SwitchSpec("forced", 2, switch_at, "migrate")),
-            "forced TP1->TP2, recompute": (1, SwitchSpec("forced", 2, switch_at, "recompute"))}
+    runs = {"static TP1/DP2": (1, SwitchParams()), "static TP2/DP1": (2, SwitchParams()),
+            "adaptive (PAT)": (1, SwitchParams("auto")),
+            "forced TP1->TP2, migrate": (1, SwitchParams("forced", 2, switch_at, "migrate")),
+            "forced TP1->TP2, recompute": (1, SwitchParams("forced", 2, switch_at, "recompute"))}
     results = {}
     for name, (tp, sw) in runs.items():
         res, _ = run_parallel_generate(model, reqs, cfg, tp, 2 // tp, sw, profile, (), long, interval=8)

@@ -75,7 +75,7 @@ def run(a) -> int:
     if a.trace:
         Path(a.trace).write_text(json.dumps({"step": 0, "rounds": [result.trace.to_json()]}) + "\n")
     if a.timeline:
-        from tailrl.engine.timeline import plot_timeline  # lazy: matplotlib only when a plot is asked for
+        from tailrl.outputs.timeline import plot_timeline  # lazy: matplotlib only when a plot is asked for
 
         plot_timeline(result.trace, a.timeline, title=f"{a.model}: {len(rows)} prompts x {a.n}")
         print(f"timeline: {a.timeline}", file=sys.stderr)
@@ -84,11 +84,12 @@ def run(a) -> int:
 
 def _run_parallel(a, model, tok, rows, params, engine_cfg):
     # lazy: the CLI imports a command's stack only when the command runs
-    from tailrl.engine import Request, eos_ids_of
-    from tailrl.engine.completions import write_rollouts
-    from tailrl.parallel.generate import SwitchSpec, check_layout, run_parallel_generate
+    from tailrl.engine import Request
+    from tailrl.outputs.completions import write_rollouts
+    from tailrl.parallel.generate import SwitchParams, check_layout, run_parallel_generate
+    from tailrl.speculative import eos_ids_of
 
-    switch = SwitchSpec.parse(a.switch, a.switch_kv)
+    switch = SwitchParams.parse(a.switch, a.switch_kv)
     profile = None
     if a.tp_profile:
         if not Path(a.tp_profile).is_file():
@@ -120,8 +121,9 @@ def run_generate(model, tokenizer, rows, params: SamplingParams, n: int, engine_
                  out_path: str | Path | None, progress: bool = True) -> GenerateResult:
     """rows: PromptRow list. Writes one JSON line per completion (prompt_index order) to out_path or stdout."""
     # lazy: the CLI imports a command's stack only when the command runs
-    from tailrl.engine import Request, build_engine
-    from tailrl.engine.completions import write_rollouts
+    from tailrl.engine import Request
+    from tailrl.outputs.completions import write_rollouts
+    from tailrl.speculative import build_engine
 
     engine = build_engine(model, tokenizer, engine_cfg)
     requests = [Request(r.token_ids, uid=r.index, n=n, params=params, error=r.error) for r in rows]

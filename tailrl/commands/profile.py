@@ -74,10 +74,10 @@ def ladder(a) -> int:
     import torch
 
     from tailrl.config import EngineConfig, SpecConfig
-    from tailrl.engine import Engine
-    from tailrl.engine.spec.coupled.ladder import ALPHAS
-    from tailrl.engine.spec.profiling.ladder import profile_ladder
     from tailrl.model import load
+    from tailrl.speculative import build_engine
+    from tailrl.speculative.coupled.ladder import ALPHAS
+    from tailrl.speculative.profiling.ladder import profile_ladder
 
     if a.k_max < 1 or min(a.batches) < 1:
         raise UserError("need --k-max >= 1 and batch sizes >= 1")
@@ -85,7 +85,7 @@ def ladder(a) -> int:
         torch.set_num_threads(a.threads)
     model, _ = load(a.model, tokenizer=False)
     spec = SpecConfig(method="auto", draft_model=a.draft, k_max=a.k_max)
-    eng = Engine(model, EngineConfig(kv_cache_tokens=max(a.batches) * (80 + a.k_max) * 2, spec=spec))
+    eng = build_engine(model, None, EngineConfig(kv_cache_tokens=max(a.batches) * (80 + a.k_max) * 2, spec=spec))
     profile_ladder(eng, tuple(sorted(a.batches)), a.k_max, alphas=ALPHAS).save(a.out)
     print(f"ladder: {a.out}")
     return 0
@@ -96,10 +96,9 @@ def spec(a) -> int:
     import os
 
     from tailrl.bench.spec_workload import measure_acceptance, prompt_texts, workload
-    from tailrl.engine import Engine
-    from tailrl.engine.spec.decoupled.tgs import save_tgs_profile
-    from tailrl.engine.spec.profiling.tgs import profile_tgs
     from tailrl.model import load
+    from tailrl.speculative.decoupled.tgs import save_tgs_profile
+    from tailrl.speculative.profiling.tgs import profile_tgs
 
     cores = len(os.sched_getaffinity(0))
     threads = sorted(set(a.threads or {1, cores}))
@@ -112,7 +111,7 @@ def spec(a) -> int:
             raise UserError(f"--draft-cores {a.draft_cores} leaves no core to verify on ({cores} available)")
     model, tok = load(a.model)
     texts = prompt_texts(a.prompts, a.samples) if a.prompts else None
-    prof = profile_tgs(Engine, model, a.draft, threads, tuple(sorted(a.batches)), tuple(sorted(a.windows)), a.reps,
+    prof = profile_tgs(model, a.draft, threads, tuple(sorted(a.batches)), tuple(sorted(a.windows)), a.reps,
                        progress=lambda m: print(m, flush=True), decoupled=split,
                        requests=workload(tok, texts, a.group, a.max_new_tokens, a.temperature) if texts else None)
     if texts:
@@ -129,13 +128,13 @@ def spec(a) -> int:
 
 def engine(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
-    from tailrl.engine import Engine
-    from tailrl.engine.latency_profile import profile_engine, save_profile
     from tailrl.model import load
+    from tailrl.parallel.latency_profile import profile_engine, save_profile
+    from tailrl.speculative import build_engine
 
     cfg, batches, contexts = _grid(a)
     model, _ = load(a.model, tokenizer=False)
-    prof = profile_engine(Engine(model, cfg), model.args.vocab_size, batches, contexts, a.steps,
+    prof = profile_engine(build_engine(model, None, cfg), model.args.vocab_size, batches, contexts, a.steps,
                           progress=lambda b, c: print(f"  batch {b:4d}  prompt {c:4d} tokens", flush=True))
     save_profile(prof, a.out)
     print(f"engine profile: {a.out}")

@@ -83,9 +83,10 @@ def run_eval(a) -> int:
 
     from tailrl.config import load_config
     from tailrl.data.datasets import encode_example, load_dataset
-    from tailrl.engine import SamplingParams, build_engine
+    from tailrl.engine import SamplingParams
     from tailrl.model import load
     from tailrl.rewards import build_reward
+    from tailrl.speculative import build_engine
     from tailrl.train.checkpoint import latest_checkpoint
     from tailrl.train.evaluate import evaluate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from tailrl.config.fields import help_of
+from tailrl.config.fields import choices_of, help_of
 from tailrl.errors import UserError
 
 
@@ -29,8 +29,16 @@ def rows(cfg, prefix: str = "") -> list[tuple[str, str, str, str]]:
         if dataclasses.is_dataclass(value):
             out += rows(value, key + ".")
         else:
-            out.append((key, _type_name(hints[f.name]), repr(value), help_of(f)))
+            out.append((key, _type_name(hints[f.name]), repr(value), _with_choices(f)))
     return out
+
+
+def _with_choices(f: dataclasses.Field) -> str:
+    """The help text, followed by the key's choices (from its registry) unless the help names them all."""
+    text, names = help_of(f), choices_of(f)
+    if names and not all(n in text for n in names):
+        text += f" [choices: {' | '.join(names)}]"
+    return text
 
 
 def section_of(cfg, section: str):

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tailrl.config.sections import MOVED_KEYS, Config
+from tailrl.config.sections import Config
 from tailrl.errors import UserError
 
 
@@ -77,9 +77,9 @@ def _moved(loc: str, moved: dict) -> str | None:
     return next((new for old, new in moved.items() if old == loc or old.endswith("." + loc)), None)
 
 
-def _build(cls, data: dict, where: str = "", moved: dict = MOVED_KEYS):
-    """cls from data, checked key by key; moved: the renamed keys of the config being loaded (the training
-    config's, or a root class's own `moved_keys`)."""
+def _build(cls, data: dict, where: str, moved: dict):
+    """cls from data, checked key by key (choice keys by the section itself, config/fields.py); moved: the
+    renamed keys of the config being loaded (its root class's `moved_keys`)."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
@@ -119,7 +119,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def config_from_dict(data: dict, cls=Config):
-    return _build(cls, data or {}, moved=getattr(cls, "moved_keys", MOVED_KEYS))
+    """cls from a nested dict; a section loaded on its own (EngineConfig) knows the training config's moved keys."""
+    return _build(cls, data or {}, "", getattr(cls, "moved_keys", Config.moved_keys))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = (), cls=Config):

@@ -6,24 +6,27 @@ model never sees a config object beyond ModelConfig.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from tailrl.config.fields import opt
-from tailrl.errors import UserError
+from tailrl.config.fields import Section, opt
 from tailrl.tail import DEFAULT_TAU
-
-SPEC_METHODS = ("none", "ngram", "history", "draft", "auto")
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Section):
+    key = "model"
+
     path: str = opt("", "local Hugging Face folder, a .gguf file, or a known name (smollm2-135m-instruct)")
-    dtype: str = opt("float32", "float32 | bfloat16 | float16; with bfloat16 training keeps fp32 master weights")
+    dtype: str = opt("float32", "float32 | bfloat16 | float16; with bfloat16 training keeps fp32 master weights",
+                     choices=("float32", "bfloat16", "float16"))
     device: str = opt("auto", "auto (CUDA when available, else CPU) | cpu | cuda | cuda:N")
 
 
 @dataclass(frozen=True)
-class CoupledSpecConfig:
+class CoupledSpecConfig(Section):
     """Coupled speculation: drafters run in the engine's process, one exact verify forward per step."""
+
+    key = "engine.spec.coupled"
 
     ngram_min: int = opt(2, "n-gram drafters (ngram, history): shortest suffix matched")
     ngram_max: int = opt(6, "n-gram drafters: longest suffix matched")
@@ -38,8 +41,10 @@ class CoupledSpecConfig:
 
 
 @dataclass(frozen=True)
-class DecoupledSpecConfig:
+class DecoupledSpecConfig(Section):
     """Decoupled speculation (SpecActor §4.1): a draft model in its own process drafts ahead of the verifier."""
+
+    key = "engine.spec.decoupled"
 
     window: int = opt(0, "draft window w (0: planned by the TGS model from `profile`, SpecActor Alg. 1)")
     draft_cores: int = opt(1, "cores (threads) of the drafter process")
@@ -51,14 +56,17 @@ class DecoupledSpecConfig:
 
 
 @dataclass(frozen=True)
-class SpecConfig:
-    """Speculative rollout (tailrl/engine/spec). Verification is exact: tokens never change."""
+class SpecConfig(Section):
+    """Speculative rollout (tailrl/speculative). Verification is exact: tokens never change."""
 
-    method: str = opt("none", "none | ngram | history | draft | auto (history + ngram [+ draft when draft_model "
-                      "is set]); draft:PATH is short for method=draft, draft_model=PATH")
+    key = "engine.spec"
+
+    method: str = opt("none", "none, a drafter, or auto (history + ngram [+ draft when draft_model is set]); "
+                      "draft:PATH is short for method=draft, draft_model=PATH",
+                      choices="tailrl.speculative.drafters:spec_methods")
     draft_model: str = opt("", "draft model folder (same tokenizer as the policy) for method draft / auto")
     mode: str = opt("coupled", "coupled | decoupled (draft model in its own process) | auto (the TGS model "
-                    "picks at the engine's batch size)")
+                    "picks at the engine's batch size)", choices="tailrl.speculative.modes:SPEC_MODES")
     k_max: int = opt(8, "longest draft window per request")
     alpha_prior: float = opt(0.5, "per-token acceptance assumed before any observation")
     gate: bool = opt(True, "fall back to plain decode steps where speculation is predicted or measured slower "
@@ -72,26 +80,28 @@ class SpecConfig:
         if self.method.startswith("draft:"):
             object.__setattr__(self, "draft_model", self.method.split(":", 1)[1])
             object.__setattr__(self, "method", "draft")
-        if self.method not in SPEC_METHODS:
-            raise UserError(f"unknown speculation method '{self.method}' (engine.spec.method); valid: "
-                            f"{', '.join(SPEC_METHODS)} (or draft:PATH)")
+        super().__post_init__()
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(Section):
+    key = "engine"
+
     max_batch_size: int = opt(256, "most sequences decoded together")
     kv_cache_tokens: int = opt(262144, "KV capacity in tokens; beyond it requests are preempted (recomputed later)")
     block_size: int = opt(16, "tokens per KV block")
     max_model_len: int = opt(0, "context limit, prompt + completion (0: the model's max positions)")
     max_prefill_tokens: int = opt(8192, "tokens per prefill forward (admission budget)")
-    sampler: str = opt("blocked", "keyed sampler (tailrl/engine/keyed.py): blocked (inverse CDF in fp32 by blocks, "
-                       "no host sync) | inverse_cdf (float64 over the vocabulary) | gumbel")
+    sampler: str = opt("blocked", "keyed sampler (tailrl/engine/sampling): blocked (inverse CDF in fp32 by blocks, "
+                       "no host sync) | inverse_cdf (float64 over the vocabulary) | gumbel",
+                       choices="tailrl.engine.sampling.keyed:SAMPLERS")
     exact: str = opt("fast", "fast (stock kernels: tokens may depend on batch composition where float reductions "
                      "do) | strict (batch-invariant kernels on every reduction of the token path, in the engine "
                      "and the trainer's logprob forward: rollout logprobs equal the trainer's bitwise; on a CPU "
-                     "they run under the Triton interpreter)")
+                     "they run under the Triton interpreter)", choices=("fast", "strict"))
     attention: str = opt("auto", "auto (triton on CUDA when Triton is installed, else torch) | torch (dense gather "
-                         "+ SDPA, the oracle) | triton (paged kernels, fused norm / rotary / SiLU*mul)")
+                         "+ SDPA, the oracle) | triton (paged kernels, fused norm / rotary / SiLU*mul)",
+                         choices=("auto", "torch", "triton"))
     static_decode: bool | None = opt(None, "decode steps on static per-bucket buffers with keyed sampling inside "
                                      "(needs attention=triton; unset: on with cuda_graphs)")
     cuda_graphs: bool | None = opt(None, "capture each bucket's static decode step as a CUDA graph and replay it "
@@ -103,7 +113,9 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
+class RolloutConfig(Section):
+    key = "rollout"
+
     group_size: int = opt(8, "samples per prompt (G); the first G of a SAGC run")
     max_new_tokens: int = opt(256, "completion budget per sample")
     temperature: float = opt(1.0, "sampling temperature (0: greedy)")
@@ -117,16 +129,19 @@ class RolloutConfig:
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
+    key = "data"
+
     source: str = opt("", ".jsonl / .json / .parquet file, a local HF `datasets` folder, or reasoning_gym:<task>")
-    format: str = opt("auto", "auto | jsonl | json | parquet | hf_disk | gsm8k | math500 | dapo_math | reasoning_gym")
+    format: str = opt("auto", "the file format, or a known dataset's reader (auto: from the source)",
+                      choices="tailrl.data.datasets:FORMATS")
     prompt_field: str = opt("prompt", "field holding the question text (format-specific readers know theirs)")
     messages_field: str = opt("messages", "field holding chat turns, used instead of prompt_field when present")
     answer_field: str = opt("answer", "ground truth handed to rewards as `answer`")
     prompt_template: str = opt("{prompt}", "user turn text; {prompt} is the question")
     system_prompt: str = opt("", "optional system turn")
     chat_template: bool = opt(True, "apply the tokenizer's chat template (false: plain text)")
-    on_bad_row: str = opt("skip", "skip (and count) | fail")
+    on_bad_row: str = opt("skip", "skip (and count) | fail", choices=("skip", "fail"))
     limit: int = opt(0, "keep the first N rows (0: all)")
     reasoning_gym_size: int = opt(1000, "rows generated for a reasoning_gym:<task> source")
     reasoning_gym_args: dict = opt(factory=dict, help="the reasoning-gym task's own options (e.g. max_terms: 2)")
@@ -136,7 +151,9 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class RewardConfig:
+class RewardConfig(Section):
+    key = "reward"
+
     functions: tuple[str, ...] = opt(("math",), "registry names (math | gsm8k | boxed | format | think_format | "
                                      "demo_arith) or module:function / file.py:function")
     weights: tuple[float, ...] = opt((), "one weight per function (default 1.0 each)")
@@ -145,22 +162,30 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class DownsampleConfig:
+class DownsampleConfig(Section):
     """PODS: generate n rollouts per prompt, train on m of them (tailrl.algo.downsample.DOWNSAMPLE)."""
 
-    rule: str = opt("none", "none | max_variance | max_reward | random")
+    key = "algo.downsample"
+
+    rule: str = opt("none", "which m of the n rollouts are trained (none: all)",
+                    choices="tailrl.algo.downsample:rule_choices")
     n: int = opt(0, "rollouts generated per prompt; 0 = the group size G (must equal G when set)")
     m: int = opt(0, "rollouts trained per prompt; 0 = n / ratio")
     ratio: float = opt(0.0, "n / m when m is 0 (e.g. 4: train on a quarter); follows G under SAGC")
 
 
 @dataclass(frozen=True)
-class AlgoConfig:
+class AlgoConfig(Section):
     """`name` picks a preset (ALGORITHM_PRESETS); any field left unset (None) takes the preset's value."""
 
-    name: str = opt("grpo", "grpo | drgrpo | dapo: the preset filling the fields left unset")
-    advantage: str | None = opt(None, "grpo | drgrpo (tailrl.algo.ADVANTAGES)")
-    loss_agg: str | None = opt(None, "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm")
+    key = "algo"
+
+    name: str = opt("grpo", "the preset filling the fields left unset",
+                    choices="tailrl.config.sections:ALGORITHM_PRESETS")
+    advantage: str | None = opt(None, "advantage estimator (tailrl.algo.ADVANTAGES)",
+                                choices="tailrl.algo.advantages:ADVANTAGES")
+    loss_agg: str | None = opt(None, "loss aggregation over tokens and sequences (tailrl.algo.losses.AGGREGATIONS)",
+                               choices="tailrl.algo.losses:AGGREGATIONS")
     eps_low: float | None = opt(None, "PPO clip range below 1")
     eps_high: float | None = opt(None, "PPO clip range above 1 (DAPO clip-higher: 0.28)")
     kl_coef: float = opt(0.0, "beta of the k3 KL to a frozen reference (0: no reference model)")
@@ -185,7 +210,9 @@ ALGORITHM_PRESETS: dict[str, dict] = {
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Section):
+    key = "train"
+
     total_steps: int = opt(10, "training steps")
     time_budget_s: float = opt(0.0, "also stop once the steps' own time (evaluations excluded) exceeds this (0: off)")
     prompt_budget: int = opt(0, "also stop once this many prompts have been drawn (SAGC's fixed budget; 0: off)")
@@ -222,10 +249,12 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
-class ControlConfig:
+class ControlConfig(Section):
     """Group-size controller (tailrl.control). SAGC settings are ignored by the static controller."""
 
-    kind: str = opt("static", "static | sagc")
+    key = "control"
+
+    kind: str = opt("static", "static (G fixed) | sagc (chosen online)", choices="tailrl.control.base:CONTROLLERS")
     candidates: tuple[int, ...] = opt((4, 8, 16), "SAGC: group sizes it may choose (each must divide B)")
     delta: float = opt(0.1, "SAGC: target straggler rate")
     eta: float = opt(0.5, "SAGC: dual ascent step size")
@@ -235,7 +264,7 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Section):
     model: ModelConfig = opt(factory=ModelConfig, help="the policy checkpoint, dtype and device")
     engine: EngineConfig = opt(factory=EngineConfig, help="the rollout engine")
     rollout: RolloutConfig = opt(factory=RolloutConfig, help="sampling")
@@ -245,10 +274,10 @@ class Config:
     train: TrainConfig = opt(factory=TrainConfig, help="optimisation, budgets, checkpoints, logging")
     control: ControlConfig = opt(factory=ControlConfig, help="group-size controller (static | SAGC)")
 
-
-# keys that moved when the speculation settings were grouped: a user's old key gets the new name
-MOVED_KEYS = {f"engine.spec.{k}": f"engine.spec.coupled.{k}"
-              for k in ("ngram_min", "ngram_max", "history_per_prompt", "best_of_n", "bon_spare", "ladder")}
-MOVED_KEYS |= {f"engine.spec.{k}": f"engine.spec.decoupled.{k}"
-               for k in ("window", "draft_cores", "verify_cores", "draft_device", "profile", "acceptance",
-                         "reconfigure_every")}
+    # keys that moved when the speculation settings were grouped: a user's old key gets the new name
+    moved_keys: ClassVar[dict] = (
+        {f"engine.spec.{k}": f"engine.spec.coupled.{k}"
+         for k in ("ngram_min", "ngram_max", "history_per_prompt", "best_of_n", "bon_spare", "ladder")}
+        | {f"engine.spec.{k}": f"engine.spec.decoupled.{k}"
+           for k in ("window", "draft_cores", "verify_cores", "draft_device", "profile", "acceptance",
+                     "reconfigure_every")})

@@ -190,10 +190,6 @@ def _check(cfg: DataConfig, src: str) -> None:
     if not src:
         raise UserError("data.source is empty: give a .jsonl/.json/.parquet file, a datasets folder, "
                         "or reasoning_gym:<task>")
-    if cfg.format not in FORMATS:
-        raise UserError(f"unknown data.format '{cfg.format}'; valid: {', '.join(FORMATS)}")
-    if cfg.on_bad_row not in ("skip", "fail"):
-        raise UserError(f"data.on_bad_row must be skip or fail, got '{cfg.on_bad_row}'")
     if "{prompt}" not in cfg.prompt_template:
         raise UserError("data.prompt_template must contain {prompt} (where the question goes)")
     if cfg.limit < 0:

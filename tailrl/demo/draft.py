@@ -29,15 +29,16 @@ import torch
 from tailrl.config import EngineConfig
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.run import DEMO_TASK, demo_policy
-from tailrl.demo.warmstart import WarmStartSpec, model_args
-from tailrl.engine import Request, Rollout, SamplingParams, build_engine
-from tailrl.engine.spec.profiling.acceptance import keyed_acceptance, pack
+from tailrl.demo.warmstart import WarmStartParams, model_args
+from tailrl.engine import Request, Rollout, SamplingParams
 from tailrl.model import build_model, init_random, load, save_hf
 from tailrl.model.loading import cache_dir
+from tailrl.speculative import build_engine
+from tailrl.speculative.profiling.acceptance import keyed_acceptance, pack
 
 
 @dataclass(frozen=True)
-class DraftSpec:
+class DraftParams:
     hidden: int = 64
     layers: int = 1
     heads: int = 2
@@ -58,7 +59,7 @@ class DraftSpec:
 
 
 def policy_rollouts(model, tok, task: DemoTask, n: int, split: str, seed: int,
-                    spec: DraftSpec) -> list[Rollout]:
+                    spec: DraftParams) -> list[Rollout]:
     """n rollouts (one per prompt, uid = row index, sampling seed `seed`) of the model on a task split."""
     params = SamplingParams(temperature=spec.temperature, max_new_tokens=spec.max_new_tokens, seed=seed)
     reqs = [Request(tok(r["prompt"])["input_ids"], uid=i, n=1, params=params)
@@ -88,7 +89,7 @@ def forward_seconds(model, batch: int = 64, repeats: int = 15) -> float:
     return statistics.median(times[2:])
 
 
-def distill_draft(policy_dir: Path, cache: Path, task: DemoTask, spec: DraftSpec, progress=None) -> Path:
+def distill_draft(policy_dir: Path, cache: Path, task: DemoTask, spec: DraftParams, progress=None) -> Path:
     """Folder of the draft distilled from the policy at policy_dir (trained once per spec and policy,
     then cached)."""
     folder = Path(cache) / f"demo-draft-{spec.key(policy_dir)}"
@@ -101,7 +102,7 @@ def distill_draft(policy_dir: Path, cache: Path, task: DemoTask, spec: DraftSpec
     held = policy_rollouts(policy, tok, task, spec.eval_samples, "test", spec.seed + 1, spec)
     gen_s = time.perf_counter() - t0
     eos = policy.args.eos_token_ids[0]
-    arch = WarmStartSpec(hidden=spec.hidden, layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_heads,
+    arch = WarmStartParams(hidden=spec.hidden, layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_heads,
                          intermediate=spec.intermediate)
     torch.manual_seed(spec.seed)
     draft = init_random(build_model(model_args(arch, policy.args.vocab_size, eos)), std=0.02, seed=spec.seed)
@@ -146,7 +147,7 @@ def distill_draft(policy_dir: Path, cache: Path, task: DemoTask, spec: DraftSpec
 
 
 # about a minute of 1-thread CPU (rollouts + distillation): many small steps beat few large ones
-DEMO_DRAFT_SPEC = DraftSpec(heads=4, kv_heads=2, steps=2400, batch=8)
+DEMO_DRAFT_SPEC = DraftParams(heads=4, kv_heads=2, steps=2400, batch=8)
 
 
 def demo_draft(progress=None) -> Path:

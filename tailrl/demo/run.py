@@ -29,7 +29,7 @@ from tailrl.config import (
     with_overrides,
 )
 from tailrl.data.demo_task import DemoTask
-from tailrl.demo.warmstart import WarmStartSpec, warm_start
+from tailrl.demo.warmstart import WarmStartParams, warm_start
 from tailrl.model.loading import cache_dir
 from tailrl.train.console import StepDisplay
 from tailrl.train.metrics import read_metrics, step_rows
@@ -37,7 +37,7 @@ from tailrl.train.report import write_report
 from tailrl.train.trainer import Trainer
 
 DEMO_TASK = DemoTask(min_terms=2, max_terms=4, max_operand=5, p_recheck=0.0, p_review=0.03)
-DEMO_SPEC = WarmStartSpec(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
+DEMO_SPEC = WarmStartParams(layers=2, batch=32, steps=250, time_budget_s=600.0)  # fixed steps: reproducible
 
 
 def demo_policy(progress=None) -> Path:

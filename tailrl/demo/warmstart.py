@@ -25,7 +25,7 @@ from tailrl.model import ModelArgs, build_model, init_random, save_hf
 
 
 @dataclass(frozen=True)
-class WarmStartSpec:
+class WarmStartParams:
     hidden: int = 128
     layers: int = 4
     heads: int = 4
@@ -42,7 +42,7 @@ class WarmStartSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def model_args(spec: WarmStartSpec, vocab: int, eos: int) -> ModelArgs:
+def model_args(spec: WarmStartParams, vocab: int, eos: int) -> ModelArgs:
     return ModelArgs(architecture="LlamaForCausalLM", vocab_size=vocab, hidden_size=spec.hidden,
                      intermediate_size=spec.intermediate, num_layers=spec.layers, num_heads=spec.heads,
                      num_kv_heads=spec.kv_heads, head_dim=spec.hidden // spec.heads, rms_norm_eps=1e-5,
@@ -65,7 +65,7 @@ def sft_batch(task: DemoTask, tok, rng: random.Random, n: int) -> tuple[torch.Te
     return ids, mask
 
 
-def train_sft(task: DemoTask, spec: WarmStartSpec, tok, progress=None) -> tuple[torch.nn.Module, dict]:
+def train_sft(task: DemoTask, spec: WarmStartParams, tok, progress=None) -> tuple[torch.nn.Module, dict]:
     torch.manual_seed(spec.seed)
     model = init_random(build_model(model_args(spec, len(tok), tok.eos_token_id)), std=0.02, seed=spec.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -92,10 +92,10 @@ def train_sft(task: DemoTask, spec: WarmStartSpec, tok, progress=None) -> tuple[
     return model, {"sft_steps": step, "sft_seconds": time.perf_counter() - t0, "sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
 
 
-def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartSpec | None = None,
+def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartParams | None = None,
                progress=None) -> Path:
     """Folder of the warm-started policy (trained once per task/spec, then cached)."""
-    task, spec = task or DemoTask(), spec or WarmStartSpec()
+    task, spec = task or DemoTask(), spec or WarmStartParams()
 
     folder = Path(cache_root) / f"demo-policy-{spec.key(task)}"
     if (folder / "model.safetensors").is_file() and (folder / "warmstart.json").is_file():

@@ -1,11 +1,9 @@
 """Rollout engine: continuous batching over a paged, rollback-able KV cache with keyed sampling; decode steps
-taken by a DecodeStrategy (plain, coupled or decoupled speculation)."""
+taken by a DecodeStrategy (PlainDecode here; the speculative ones and `build_engine` in tailrl.speculative)."""
 
-from tailrl.engine.build import build_engine, eos_ids_of
 from tailrl.engine.engine import Engine
 from tailrl.engine.request import Request, Rollout, SamplingParams
 from tailrl.engine.strategy import DecodeStrategy, PlainDecode
 from tailrl.engine.telemetry import RolloutTrace
 
-__all__ = ["DecodeStrategy", "Engine", "PlainDecode", "Request", "Rollout", "RolloutTrace", "SamplingParams",
-           "build_engine", "eos_ids_of"]
+__all__ = ["DecodeStrategy", "Engine", "PlainDecode", "Request", "Rollout", "RolloutTrace", "SamplingParams"]

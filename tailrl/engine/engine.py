@@ -7,9 +7,10 @@
 Every token is keyed by (seed, uid, sample index, position), so output never depends on batching,
 arrival order or preemption.
 
-A decode step is taken by the engine's DecodeStrategy (engine/strategy.py: plain, coupled or decoupled
-speculation); strategies use only the public decode API below (`now`, `forward`, `sample`,
-`sample_windows`, `decode_step`, `commit`, `record`) and the cache's bookkeeping.
+A decode step is taken by the engine's DecodeStrategy (engine/strategy.py): PlainDecode unless a builder
+hands it another (`tailrl.speculative.build_engine` builds the speculative ones from engine.spec; the
+engine itself knows nothing of speculation). Strategies use only the public decode API below (`now`,
+`forward`, `sample`, `sample_windows`, `decode_step`, `commit`, `record`) and the cache's bookkeeping.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ from tailrl.engine.execution import kv_pool_tokens, resolve_execution
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.probe import time_forward
 from tailrl.engine.request import Request, Rollout
-from tailrl.engine.runner import ModelRunner
-from tailrl.engine.sampling import sample_rows, sample_windows, to_host
+from tailrl.engine.runner import DecodeSetup, ModelRunner
+from tailrl.engine.sampling.keyed import SAMPLERS
+from tailrl.engine.sampling.rows import sample_rows, sample_windows, to_host
 from tailrl.engine.scheduler import Scheduler
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.modes import build_strategy
-from tailrl.engine.static_step import StaticStep
 from tailrl.engine.stops import finish_reason
-from tailrl.engine.strategy import DecodeStrategy
+from tailrl.engine.strategy import DecodeStrategy, PlainDecode
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
 from tailrl.tail import DEFAULT_TAU
 
@@ -40,7 +40,9 @@ from tailrl.tail import DEFAULT_TAU
 class Engine:
     def __init__(self, model, config: EngineConfig | None = None, eos_ids: Iterable[int] = (),
                  detokenize: Callable[[list[int]], str] | None = None, tau: float = DEFAULT_TAU,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, strategy: Callable[[Engine], DecodeStrategy] = PlainDecode):
+        """strategy: builds the DecodeStrategy from the engine (PlainDecode; a speculative one from
+        tailrl.speculative.build_engine, which an engine.spec.method other than none requires)."""
         self.model = model
         self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
@@ -50,8 +52,10 @@ class Engine:
         if ex.strict:
             model.set_strict(True)  # every forward of this model, the trainer's too (model/strict.py)
         self.cache = PagedKVCache(model, self._pool_tokens(), config.block_size, grow=ex.grow_pool)
-        self.runner = ModelRunner(model, self.cache, ex.attention)
-        self.static = StaticStep(self, ex.graphs) if ex.static else None
+        self.sampler = SAMPLERS.get(config.sampler)  # resolved once
+        self.runner = ModelRunner(model, self.cache, ex.attention,
+                                  DecodeSetup(self.sampler, ex.strict, ex.static, ex.graphs, config.max_batch_size,
+                                              self.max_model_len))
         self.scheduler = Scheduler(self.cache, config.max_batch_size, config.max_prefill_tokens)
         self.eos_ids = frozenset(eos_ids) or frozenset(model.args.eos_token_ids)
         self.detokenize = detokenize
@@ -61,7 +65,10 @@ class Engine:
         self._b1_step_s: float | None = None
         self._finished: list[Rollout] = []
         self.trace = RolloutTrace(tau=tau)
-        self.strategy: DecodeStrategy = build_strategy(self, config.spec)
+        if config.spec.method != "none" and strategy is PlainDecode:
+            raise ValueError(f"engine.spec.method={config.spec.method}: build the engine with "
+                             "tailrl.speculative.build_engine (the engine does not build speculation)")
+        self.strategy: DecodeStrategy = strategy(self)
 
     # -- intake ---------------------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -165,13 +172,9 @@ class Engine:
 
     def decode_step(self, ready: list[Sequence]) -> None:
         """A plain decode step: one forward over each sequence's pending tokens, one keyed sample each (on
-        static buffers, a CUDA graph on CUDA, when engine.static_decode is on)."""
+        static buffers, a CUDA graph on CUDA, when engine.static_decode is on: ModelRunner.decode)."""
         t0 = self.now()
-        if self.static is not None and self.static.fits(ready):
-            tokens, logps = self.static.step(ready)
-        else:
-            logits = self.forward(ready, [s.tokens[s.num_cached:] for s in ready])
-            tokens, logps = self._sample_lists(ready, logits)
+        tokens, logps = self.runner.decode(ready)
         for s, t, lp in zip(ready, tokens, logps):
             s.num_cached = len(s.tokens)
             self._advance(s, t, lp)
@@ -180,12 +183,12 @@ class Engine:
     def sample(self, seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None = None):
         """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V); positions default to each
         sequence's next index."""
-        return sample_rows(seqs, logits, positions, self.config.sampler, self.execution.strict)
+        return sample_rows(seqs, logits, positions, self.sampler, self.execution.strict)
 
     def sample_windows(self, seqs: list[Sequence], logits: torch.Tensor, counts: list[int]):
         """Keyed samples at positions num_generated + 0 .. counts[i] - 1 of each sequence (a verify
         window); logits (sum(counts), V)."""
-        return sample_windows(seqs, logits, counts, self.config.sampler, self.execution.strict)
+        return sample_windows(seqs, logits, counts, self.sampler, self.execution.strict)
 
     def commit(self, seq: Sequence, num_cached: int, tokens: list[int], logprobs: list[float]) -> int:
         """Accept verified tokens: the cache keeps K/V of seq's first `num_cached` positions (the rest is
@@ -211,12 +214,8 @@ class Engine:
             self._finish(seq, reason)
         return reason is not None
 
-    def _sample_lists(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int], list[float]]:
-        """Keyed samples of logits (B, V) as host lists, tokens and logprobs in one device-to-host copy."""
-        return to_host(*self.sample(seqs, logits))
-
     def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
-        for s, t, lp in zip(seqs, *self._sample_lists(seqs, logits)):
+        for s, t, lp in zip(seqs, *to_host(*self.sample(seqs, logits))):  # one device-to-host copy
             self._advance(s, t, lp)
 
     def rollback(self, seq: Sequence, num_generated: int) -> None:
@@ -309,8 +308,7 @@ class Engine:
         """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()
         measures free memory and allocates it again, and static decode steps capture their graphs again.
         Idempotent."""
-        if self.static is not None:
-            self.static.reset()
+        self.runner.reset_graphs()
         self.cache.release()
         if self.cache.kv.is_cuda:
             torch.cuda.empty_cache()  # hand the pool's memory back so the update's allocator can reuse it

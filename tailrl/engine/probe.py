@@ -13,7 +13,7 @@ import time
 import torch
 
 from tailrl.engine.request import Request, SamplingParams
-from tailrl.engine.sampling import to_host
+from tailrl.engine.sampling.rows import to_host
 from tailrl.engine.sequence import Sequence
 
 

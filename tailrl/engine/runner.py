@@ -1,103 +1,63 @@
-"""Model runner: turns rows of new tokens into one padded forward over the paged cache.
+"""The model runner: the one place the engine's model runs (nano-vllm's ModelRunner). Two paths, one
+forward function:
 
-Execution only: it builds the attention metadata from block tables and calls the model; which rows run,
-and what is done with the logits, is the scheduler's and the engine's business. A row is
-(seq id, start position, new token ids): prefill (start 0, whole prompt), decode (one token),
-speculative verify ([last, d1..dk]) and recompute after preemption all take this one path.
+    forward(rows)   a dynamic eager forward: prefill (start 0, whole prompt), speculative verify
+                    ([last, d1..dk], token trees), recompute after preemption — attention metadata from the
+                    block tables (engine/metadata.py), logits at the asked rows
+    decode(seqs)    one plain decode step with keyed sampling: on static per-bucket buffers
+                    (engine/static_step.py) replayed as a CUDA graph on CUDA, or run eagerly (the CPU and
+                    engine.static_decode=false), else the dynamic forward + sample; one host copy
 
-Backends (engine.attention): `torch` builds `AttnMetadata` (a dense gather of each row's context and a
-mask: the oracle), `triton` builds `PagedMetadata` for the paged kernels. Token-tree rows (Best-of-N
-verification) always take the dense path: the paged kernel is causal only.
+Execution only: which rows run and what is done with the tokens is the scheduler's and the engine's
+business. Graphs are captured lazily per (bucket, sampling flags[, strict temperatures]) into one shared
+memory pool; reset_graphs() forgets them when the KV pool moves.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from tailrl.engine.kv_cache import PagedKVCache
-from tailrl.model.attention import AttnMetadata, PagedMetadata
+from tailrl.engine.metadata import build_metadata, build_paged_metadata, static_paged_metadata
+from tailrl.engine.sampling.hashing import position_hash
+from tailrl.engine.sampling.keyed import KeyedSampler
+from tailrl.engine.sampling.rows import invariant_logprobs, pack, sample_rows, seq_flags, to_host, unpack
+from tailrl.engine.sequence import Sequence
+from tailrl.engine.static_step import Buffers, StaticBuffers
 
 
-def build_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
-                   device, sliding_window: int | None = None, tree_mask: list | None = None,
-                   tree_depth: list | None = None) -> tuple[AttnMetadata, torch.Tensor]:
-    """Attention metadata for B rows, row b writing `lengths[b]` new tokens at slots starts[b]...
+@dataclass(frozen=True)
+class DecodeSetup:
+    """How decode steps run (resolved by the engine, engine/execution.py)."""
 
-    tables: block table per row; tree_mask: optional per-row (n, n) bool tensor replacing the causal
-    pattern among that row's new tokens (token trees for speculative verification); tree_depth:
-    optional per-row list of n position offsets (a tree node's rotary position is start + its depth,
-    while its K/V still goes to its own slot start + index).
-    Returns (metadata, rotary positions (B, T) int64)."""
-    B = len(starts)
-    T = max(lengths)
-    start = torch.tensor(starts, dtype=torch.long)
-    n_new = torch.tensor(lengths, dtype=torch.long)
-    ctx_len = start + n_new  # (B,)
-    L = int(ctx_len.max())
-    nb = max(len(t) for t in tables)
-    bt = torch.tensor([t + [0] * (nb - len(t)) for t in tables], dtype=torch.long)  # (B, nb)
-    key_pos = torch.arange(L)  # (L,)
-    key_valid = key_pos.unsqueeze(0) < ctx_len.unsqueeze(1)  # (B, L)
-    blk = (key_pos // block_size).clamp(max=nb - 1).unsqueeze(0).expand(B, L)
-    ctx_slots = bt.gather(1, blk) * block_size + key_pos % block_size  # (B, L)
-    ctx_slots = torch.where(key_valid, ctx_slots, torch.zeros_like(ctx_slots))
-    t_idx = torch.arange(T)  # (T,)
-    slot_pos = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T) where each new token's K/V is written
-    positions = slot_pos.clone()  # (B, T) the token's position in its sequence (rotary, window)
-    if tree_depth is not None:
-        for b, d in enumerate(tree_depth):
-            if d is not None:
-                positions[b, : len(d)] = starts[b] + torch.tensor(d, dtype=torch.long)
-    q_valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)  # (B, T)
-    causal = key_pos.view(1, 1, L) <= slot_pos.unsqueeze(-1)  # (B, T, L); tree rows: replaced below
-    mask = causal & key_valid.unsqueeze(1)
-    if sliding_window is not None:  # from the sequence position, so a tree node sees what plain decoding would
-        mask &= (positions.unsqueeze(-1) - key_pos.view(1, 1, L)) < sliding_window
-    if tree_mask is not None:
-        for b, tm in enumerate(tree_mask):
-            if tm is not None:
-                n, s = lengths[b], starts[b]
-                mask[b, :n, s:s + n] = tm
-    # padding queries attend to key 0 only, so softmax never sees an all-masked row
-    mask = torch.where(q_valid.unsqueeze(-1), mask, key_pos.view(1, 1, L) == 0)
-    flat_rows = (torch.arange(B).unsqueeze(1) * T + t_idx.unsqueeze(0))[q_valid]  # (N,)
-    write_slots = ctx_slots.gather(1, slot_pos.clamp(max=L - 1))[q_valid]  # (N,)
-    positions = torch.where(q_valid, positions, torch.zeros_like(positions))
-    meta = AttnMetadata(
-        write_rows=flat_rows.to(device),
-        write_slots=write_slots.to(device),
-        context_slots=ctx_slots.to(device),
-        mask=mask.unsqueeze(1).to(device),
-    )
-    return meta, positions.to(device)
-
-
-def build_paged_metadata(tables: list[list[int]], starts: list[int], lengths: list[int], block_size: int,
-                         device) -> tuple[PagedMetadata, torch.Tensor]:
-    """PagedMetadata for B rows, row b writing `lengths[b]` new tokens at positions starts[b]...
-    Returns (metadata, rotary positions (B, T) int64; 0 on padding)."""
-    T = max(lengths)
-    nb = max(1, max(len(t) for t in tables))
-    bt = torch.tensor([t + [0] * (nb - len(t)) for t in tables], dtype=torch.int64)  # (B, nb)
-    start = torch.tensor(starts, dtype=torch.int64)
-    n_new = torch.tensor(lengths, dtype=torch.int64)
-    t_idx = torch.arange(T)
-    pos = start.unsqueeze(1) + t_idx.unsqueeze(0)  # (B, T)
-    valid = t_idx.unsqueeze(0) < n_new.unsqueeze(1)
-    slot = bt.gather(1, (pos // block_size).clamp(max=nb - 1)) * block_size + pos % block_size
-    meta = PagedMetadata(block_tables=bt.to(torch.int32).to(device), starts=start.to(torch.int32).to(device),
-                         q_lens=n_new.to(torch.int32).to(device),
-                         slot_mapping=torch.where(valid, slot, -1).reshape(-1).to(device), block_size=block_size)
-    return meta, torch.where(valid, pos, 0).to(device)
+    sampler: KeyedSampler  # the SAMPLERS entry of engine.sampler
+    strict: bool = False  # logprobs from the invariant kernels (model/strict.py)
+    static: bool = False  # decode steps on static buffers
+    graphs: bool = False  # ... captured as CUDA graphs
+    max_batch_size: int = 256
+    max_model_len: int = 2048
 
 
 class ModelRunner:
-    def __init__(self, model, cache: PagedKVCache, attention: str = "torch"):
+    def __init__(self, model, cache: PagedKVCache, attention: str = "torch", decode: DecodeSetup | None = None):
         self.model = model
         self.cache = cache
         self.attention = attention  # torch | triton (resolved by the engine)
         self.device = next(model.parameters()).device
+        self.setup = decode  # None: forwards only (a draft model's runner)
+        self.static = (StaticBuffers(decode.max_batch_size, cache.blocks_for(decode.max_model_len),
+                                     cache.block_size, cache.kv.device)
+                       if decode is not None and decode.static else None)
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = None  # the graphs' shared memory pool
 
+    def _run_model(self, ids: torch.Tensor, positions: torch.Tensor, meta, index: torch.Tensor) -> torch.Tensor:
+        """The model's forward over the paged cache: ids / positions (B, T), logits at index (B, R) as float."""
+        return self.model(ids, positions, attn=meta, kv_cache=self.cache.kv, logits_index=index).float()
+
+    # -- dynamic forwards ---------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, seq_ids: list[int], starts: list[int], tokens: list[list[int]],
                 tree_mask: list | None = None, tree_depth: list | None = None,
@@ -120,5 +80,62 @@ class ModelRunner:
             R = max(len(r) for r in logits_rows)
             rows = [r + [r[-1]] * (R - len(r)) for r in logits_rows]
         index = torch.tensor(rows).to(self.device)  # (B, R)
-        logits = self.model(ids.to(self.device), positions, attn=meta, kv_cache=self.cache.kv, logits_index=index)
-        return logits[:, 0].float() if logits_rows is None else logits.float()
+        logits = self._run_model(ids.to(self.device), positions, meta, index)
+        return logits[:, 0] if logits_rows is None else logits
+
+    # -- decode steps -------------------------------------------------------------------------------
+    def decode(self, ready: list[Sequence]) -> tuple[list[int], list[float]]:
+        """One decode step of `ready` (blocks ensured; each row's pending tokens processed): keyed samples
+        (tokens, logprobs) as host lists, in one device-to-host copy."""
+        setup = self.setup
+        if self.static is not None and self.static.fits(ready):
+            bufs = self.static.stage(ready, self.cache.tables)
+            flags = seq_flags(ready)
+            # strict logprobs are computed per distinct temperature: part of what a graph captures
+            temps = tuple(sorted({s.request.params.temperature for s in ready})) if setup.strict else ()
+            if setup.graphs:
+                graph, out = self._graph(bufs, flags, temps)
+                graph.replay()
+            else:
+                out = self._static_step(bufs, flags, temps)
+            return unpack(out[: len(ready)].cpu())  # the one device-to-host copy (waits for the forward)
+        logits = self.forward([s.seq_id for s in ready], [s.num_cached for s in ready],
+                              [s.tokens[s.num_cached:] for s in ready])
+        return to_host(*sample_rows(ready, logits, None, setup.sampler, setup.strict))
+
+    @torch.inference_mode()
+    def _static_step(self, bufs: Buffers, flags: tuple[bool, bool, bool], temps: tuple[float, ...]) -> torch.Tensor:
+        """The device side of a static step (what a graph captures): forward + keyed sampling -> (nb, 2)
+        float64 (pack)."""
+        ints, floats = bufs.dev_ints, bufs.dev_floats
+        meta = static_paged_metadata(bufs.dev_tables, ints, self.cache.block_size)
+        logits = self._run_model(ints[:, 0:1], ints[:, 1:2], meta, bufs.index)[:, 0]  # (nb, V)
+        tokens, logps = self.setup.sampler(logits, position_hash(ints[:, 5], ints[:, 6]), floats[:, 0], ints[:, 7],
+                                           floats[:, 1], flags)
+        if temps:  # strict: the trainer's logprobs
+            logps = invariant_logprobs(logits, tokens, floats[:, 0], set(temps))
+        return pack(tokens, logps)
+
+    def _graph(self, bufs: Buffers, flags, temps) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The bucket's graph for these sampling flags, captured on first use: two warm-up runs on a side
+        stream (Triton compiles, the allocator settles), then capture into the shared pool. The warm-ups
+        use this step's own rows, so the K/V they write is what the replay writes again."""
+        key = (bufs.nb, flags, temps)
+        if key not in self.graphs:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._static_step(bufs, flags, temps)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self._static_step(bufs, flags, temps)
+            self.pool = graph.pool()
+            self.graphs[key] = (graph, out)
+        return self.graphs[key]
+
+    def reset_graphs(self) -> None:
+        """Forget the captured graphs (the KV pool moved); they are captured again on next use."""
+        self.graphs.clear()
+        self.pool = None

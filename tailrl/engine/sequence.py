@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailrl.engine.keyed import prefix_hash
 from tailrl.engine.request import Request
+from tailrl.engine.sampling.hashing import prefix_hash
 
 
 @dataclass(eq=False)

@@ -1,14 +1,14 @@
 """Batch-invariant log-softmax over the vocabulary, and the log-probability of chosen tokens.
 
 Place in the flow: logits -> log-probabilities for sampling bookkeeping and for the rollout logprobs the
-trainer compares against (tailrl/algo/logprobs.py). One program per row; the row is reduced block by block
+trainer compares against (tailrl/model/head.py). One program per row; the row is reduced block by block
 in a fixed order (max first, then the sum of exp), so a row's values never depend on the batch. Both
 functions share one code path, so
 
     token_logprobs_invariant(logits, targets, T)[n] == log_softmax_invariant(logits, T)[n, targets[n]]
                                                     == log_softmax_invariant(z)[n, targets[n]]
 
-bitwise, for z = logits.float() / T divided elementwise (IEEE round-to-nearest, as tailrl/engine/keyed.py
+bitwise, for z = logits.float() / T divided elementwise (IEEE round-to-nearest, as tailrl/engine/sampling/blocked.py
 divides by a temperature tensor; torch's tensor / python-float may multiply by 1/T on a GPU instead).
 """
 

@@ -16,11 +16,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tailrl import kernels
-from tailrl.algo.chunked_logprobs import chunked_token_logprobs
-from tailrl.algo.logprobs import token_logprobs
 from tailrl.model import strict
 from tailrl.model.args import ModelArgs
 from tailrl.model.attention import Attention, AttnMetadata, PagedMetadata
+from tailrl.model.head import lm_head_output
 from tailrl.model.layers import (
     NO_TP,
     ColumnParallelLinear,
@@ -149,12 +148,4 @@ class CausalLM(nn.Module):
             h = self.norm(h)
         if logits_index is not None:
             h = h.gather(1, logits_index.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, K, hidden)
-        if targets is None:
-            return self.lm_head(h)
-        if self.strict:  # the engine's logprob: the invariant head, then one row per program
-            return strict.token_logprobs(self.lm_head(h), targets, temperature)
-        head = self.lm_head
-        if head.tp.size > 1 or chunk_rows <= 0:  # TP: the plain head (its vocabulary gather is the collective)
-            return token_logprobs(head(h), targets, temperature)
-        w = head.tied.weight if head.tied is not None else head.weight  # (V, hidden)
-        return chunked_token_logprobs(h, w, targets, temperature, chunk_rows=chunk_rows)  # (B, K)
+        return lm_head_output(self.lm_head, h, targets, temperature, chunk_rows, self.strict)

@@ -6,14 +6,14 @@ unfinished request bounded by max_new_tokens) fed with the measured `tailrl prof
 from __future__ import annotations
 
 from tailrl.parallel.layout import Layout
-from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.hardware import ModelShape
 from tailrl.perf.latency import Profiled
 from tailrl.perf.pat import PatPolicy
 
 
 def model_bytes(args, bytes_per_param: int = 4) -> tuple[float, float]:
     """(all weight bytes — a reshard moves the embeddings too —, K/V bytes per token) of a ModelArgs."""
-    spec = ModelSpec.of(args, bytes_per_param)
+    spec = ModelShape.of(args, bytes_per_param)
     return spec.params * bytes_per_param, spec.kv_bytes_per_token
 
 

@@ -17,7 +17,7 @@ from tailrl.parallel.rollout import forced, tp_generate
 
 
 @dataclass(frozen=True)
-class SwitchSpec:
+class SwitchParams:
     """How the rollout may change layout: off, auto (the controller), or forced ('tp2@40:migrate')."""
 
     mode: str = "off"
@@ -27,7 +27,7 @@ class SwitchSpec:
     kv: str = "auto"  # auto mode: auto | migrate | recompute
 
     @classmethod
-    def parse(cls, text: str, kv: str = "auto") -> SwitchSpec:
+    def parse(cls, text: str, kv: str = "auto") -> SwitchParams:
         if text in ("off", "auto"):
             return cls(text, kv=kv)
         try:
@@ -41,7 +41,7 @@ class SwitchSpec:
                             f"got {text!r}") from None
 
 
-def _rank_main(rank, world, model_path, requests, engine_cfg, tp, switch: SwitchSpec, profile, interval, eos_ids,
+def _rank_main(rank, world, model_path, requests, engine_cfg, tp, switch: SwitchParams, profile, interval, eos_ids,
                max_new_tokens):
     model, _ = load(model_path, tokenizer=False)  # full weights; each rank keeps only its shards
     args, tensors = model.args, list(full_tensors(model))
@@ -54,7 +54,7 @@ def _rank_main(rank, world, model_path, requests, engine_cfg, tp, switch: Switch
     return tp_generate(rank, world, args, tensors, requests, engine_cfg, Layout(tp, world), decide, interval, eos_ids)
 
 
-def check_layout(args, tp: int, dp: int, switch: SwitchSpec, profile: dict | None) -> None:
+def check_layout(args, tp: int, dp: int, switch: SwitchParams, profile: dict | None) -> None:
     """One-line errors for layouts the model or the switch cannot use."""
     world = tp * dp
     if tp < 1 or dp < 1:
@@ -74,7 +74,7 @@ def check_layout(args, tp: int, dp: int, switch: SwitchSpec, profile: dict | Non
                             f"({args.num_heads} query, {args.num_kv_heads} KV) and MLP width ({args.intermediate_size})")
 
 
-def run_parallel_generate(model_path: str, requests: list, engine_cfg, tp: int, dp: int, switch: SwitchSpec,
+def run_parallel_generate(model_path: str, requests: list, engine_cfg, tp: int, dp: int, switch: SwitchParams,
                           profile: dict | None, eos_ids, max_new_tokens: int, interval: int = 8):
     """Returns (TPResult of rank 0, RolloutTrace built from it)."""
 

@@ -13,14 +13,14 @@ import time
 import torch
 import torch.distributed as dist
 
-from tailrl.engine import Engine
-from tailrl.engine.latency_profile import profile_engine
 from tailrl.model import load
 from tailrl.model.layers import TPContext
 from tailrl.model.weights import full_tensors
 from tailrl.parallel.dist import GroupPool, spawn
+from tailrl.parallel.latency_profile import profile_engine
 from tailrl.parallel.layout import Layout
 from tailrl.parallel.shard import sharded
+from tailrl.speculative import build_engine
 
 
 def measure_bandwidth(nbytes: int = 1 << 24, reps: int = 3) -> float:
@@ -52,7 +52,7 @@ def profile_tp_rank(rank: int, world: int, args, tensors: list, engine_cfg, tps:
             out["group_init_s"] = max(out.get("group_init_s", 0.0), time.perf_counter() - t)
         model = sharded(args, tensors, TPContext(pool.get(layout.group_of(rank))))
         t = time.perf_counter()
-        engine = Engine(model, engine_cfg)  # the KV pool is allocated here: part of every switch's cost
+        engine = build_engine(model, None, engine_cfg)  # the KV pool is allocated here: part of every switch's cost
         out.setdefault("engine_init_s", {})[str(tp)] = time.perf_counter() - t
         prof = profile_engine(engine, args.vocab_size, batches, contexts, steps)
         out["decode"][str(tp)] = prof["decode"]["1"]

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from tailrl.engine import Engine
 from tailrl.engine.clock import Clock
 from tailrl.engine.telemetry import StepRecord
 from tailrl.model.layers import TPContext, gather_cat
 from tailrl.parallel.dist import GroupPool
 from tailrl.parallel.layout import Layout
 from tailrl.parallel.shard import reshard, sharded
+from tailrl.speculative import build_engine
 
 # (iteration, seconds since start, current layout, per replica: [(context tokens, generated tokens)])
 #   -> None to stay, or (new layout, "migrate" | "recompute", info dict for the event record)
@@ -90,7 +90,7 @@ class _Replica:
         self.tp = TPContext(pool.get(layout.group_of(rank)))
         self.leader = rank == layout.group_of(rank)[0]
         self.model = build(self.tp)
-        self.engine = Engine(self.model, engine_cfg, eos_ids=eos_ids, clock=clock)  # one clock across switches
+        self.engine = build_engine(self.model, None, engine_cfg, eos_ids=eos_ids, clock=clock)  # one clock across switches
 
 
 def tp_generate(rank: int, world: int, args, tensors: list, requests: list, engine_cfg, layout: Layout,

@@ -16,12 +16,13 @@ import torch.distributed as dist
 
 from tailrl.config import EngineConfig
 from tailrl.data.prompts import read_prompts
-from tailrl.engine import Request, SamplingParams, eos_ids_of
-from tailrl.engine.completions import write_rollouts
+from tailrl.engine import Request, SamplingParams
 from tailrl.errors import UserError
 from tailrl.model import load
+from tailrl.outputs.completions import write_rollouts
 from tailrl.parallel.dist import init_from_env
-from tailrl.parallel.generate import SwitchSpec, _rank_main, check_layout
+from tailrl.parallel.generate import SwitchParams, _rank_main, check_layout
+from tailrl.speculative import eos_ids_of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = init_from_env()
     try:
         model, tok = load(a.model)
-        switch = SwitchSpec.parse(a.switch, a.switch_kv)
+        switch = SwitchParams.parse(a.switch, a.switch_kv)
         try:
             profile = json.loads(open(a.tp_profile).read()) if a.tp_profile else None
         except (OSError, json.JSONDecodeError) as e:

@@ -35,7 +35,7 @@ GPUS: dict[str, GPU] = {
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelShape:
     """A decoder-only transformer's shape; enough for bytes and FLOPs per token."""
 
     name: str
@@ -50,7 +50,7 @@ class ModelSpec:
     bytes_per_param: int = 2  # bf16
 
     @classmethod
-    def of(cls, args, bytes_per_param: int = 2) -> ModelSpec:
+    def of(cls, args, bytes_per_param: int = 2) -> ModelShape:
         """The shape of a native model's ModelArgs."""
         return cls(args.architecture, args.num_layers, args.hidden_size, args.num_heads, args.num_kv_heads,
                    args.intermediate_size, args.vocab_size, args.head_dim, args.tie_word_embeddings, bytes_per_param)
@@ -81,17 +81,17 @@ class ModelSpec:
         return 2 * self.params + 4 * self.layers * self.heads * self.hd * context
 
 
-MODELS: dict[str, ModelSpec] = {
-    "smollm2-135m": ModelSpec("smollm2-135m", 30, 576, 9, 3, 1536, 49152, tied_embeddings=True),
-    "llama3.1-8b": ModelSpec("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256),
-    "llama3.1-70b": ModelSpec("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256),
-    "qwen2.5-0.5b": ModelSpec("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied_embeddings=True),
-    "qwen2.5-1.5b": ModelSpec("qwen2.5-1.5b", 28, 1536, 12, 2, 8960, 151936, tied_embeddings=True),
-    "qwen2.5-3b": ModelSpec("qwen2.5-3b", 36, 2048, 16, 2, 11008, 151936, tied_embeddings=True),
-    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
-    "qwen2.5-14b": ModelSpec("qwen2.5-14b", 48, 5120, 40, 8, 13824, 152064),
-    "qwen2.5-32b": ModelSpec("qwen2.5-32b", 64, 5120, 40, 8, 27648, 152064),
-    "qwen3-14b": ModelSpec("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, head_dim=128),
+MODELS: dict[str, ModelShape] = {
+    "smollm2-135m": ModelShape("smollm2-135m", 30, 576, 9, 3, 1536, 49152, tied_embeddings=True),
+    "llama3.1-8b": ModelShape("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256),
+    "llama3.1-70b": ModelShape("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256),
+    "qwen2.5-0.5b": ModelShape("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied_embeddings=True),
+    "qwen2.5-1.5b": ModelShape("qwen2.5-1.5b", 28, 1536, 12, 2, 8960, 151936, tied_embeddings=True),
+    "qwen2.5-3b": ModelShape("qwen2.5-3b", 36, 2048, 16, 2, 11008, 151936, tied_embeddings=True),
+    "qwen2.5-7b": ModelShape("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
+    "qwen2.5-14b": ModelShape("qwen2.5-14b", 48, 5120, 40, 8, 13824, 152064),
+    "qwen2.5-32b": ModelShape("qwen2.5-32b", 64, 5120, 40, 8, 27648, 152064),
+    "qwen3-14b": ModelShape("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, head_dim=128),
 }
 
 
@@ -101,7 +101,7 @@ def gpu(name: str) -> GPU:
     return GPUS[name]
 
 
-def model_spec(name: str) -> ModelSpec:
+def model_spec(name: str) -> ModelShape:
     """A preset name, or a Hugging Face config.json (file or folder)."""
     if name in MODELS:
         return MODELS[name]
@@ -112,7 +112,7 @@ def model_spec(name: str) -> ModelSpec:
         raise UserError(f"unknown model '{name}'; presets: {', '.join(MODELS)}, or a folder with config.json")
     c = json.loads(p.read_text())
     try:
-        return ModelSpec(p.parent.name or name, c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"],
+        return ModelShape(p.parent.name or name, c["num_hidden_layers"], c["hidden_size"], c["num_attention_heads"],
                          c.get("num_key_value_heads", c["num_attention_heads"]), c["intermediate_size"],
                          c["vocab_size"], c.get("head_dim") or 0, bool(c.get("tie_word_embeddings", False)))
     except KeyError as e:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tailrl.errors import UserError
-from tailrl.perf.hardware import GPU, ModelSpec
+from tailrl.perf.hardware import GPU, ModelShape
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ CALIBRATED: dict[str, EngineOverheads] = {
 
 
 class Roofline:
-    def __init__(self, gpu: GPU, model: ModelSpec, eng: EngineOverheads = EngineOverheads()):
+    def __init__(self, gpu: GPU, model: ModelShape, eng: EngineOverheads = EngineOverheads()):
         self.gpu, self.model, self.eng = gpu, model, eng
 
     def allreduce(self, tp: int, nbytes: float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tailrl.perf.hardware import GPU, ModelSpec
+from tailrl.perf.hardware import GPU, ModelShape
 
 
 def decode_time(lat, tp: int, reqs: list[tuple[float, int]], chunk: int = 256) -> float:
@@ -76,7 +76,7 @@ class PatPolicy:
     min_gain: float = 0.0  # switch only when it saves this fraction of the predicted remaining time
 
     @classmethod
-    def for_hardware(cls, lat, model: ModelSpec, gpu: GPU, link_eff: float, **kw) -> PatPolicy:
+    def for_hardware(cls, lat, model: ModelShape, gpu: GPU, link_eff: float, **kw) -> PatPolicy:
         return cls(lat, model.weight_bytes, model.kv_bytes_per_token, bandwidth=gpu.link_gbps * 1e9 * link_eff, **kw)
 
     def switch_cost(self, tp_from: int, tp_to: int, contexts: list[int]) -> SwitchCost:

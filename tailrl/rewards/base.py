@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tailrl.errors import UserError
 from tailrl.rewards.pool import RewardPool
 from tailrl.rewards.scoring import RewardBatch, Scorer, Tally, settle
-from tailrl.rewards.specs import check_settings, load_functions
+from tailrl.rewards.settings import check_settings, load_functions
 from tailrl.rewards.timeout import TimedCaller
 
 if TYPE_CHECKING:  # the config is only read here, so a worker process need not import it

@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection, wait
 from tailrl.errors import UserError
 from tailrl.rewards.registry import REWARDS
 from tailrl.rewards.scoring import RewardBatch, Scored, Scorer, Tally
-from tailrl.rewards.specs import check_settings
+from tailrl.rewards.settings import check_settings
 
 __all__ = ["RewardPool"]
 
@@ -367,13 +367,13 @@ def _imports(functions: Sequence[str]) -> list[str]:
     """Modules a worker imports first, so a name the trainer's process registered at import (a plugin's
     `@register`) is registered there too; a name registered by the script being run cannot be."""
     modules = []
-    for spec in functions:
-        fn = REWARDS[spec.strip()] if spec.strip() in REWARDS else None
+    for ref in functions:
+        fn = REWARDS[ref.strip()] if ref.strip() in REWARDS else None
         if fn is None:
             continue  # module:function or file.py:function, or unknown: the worker resolves and reports it
         module = getattr(fn, "__module__", None) or ""
         if module == "__main__":
-            raise UserError(f"reward '{spec}' is registered by the script being run, which reward workers "
+            raise UserError(f"reward '{ref}' is registered by the script being run, which reward workers "
                             "cannot import; define it in a module or file and name it module:function or "
                             "file.py:function (or set reward.workers=0)")
         if module and module not in modules:

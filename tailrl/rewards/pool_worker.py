@@ -2,7 +2,7 @@
 
 Place in the flow: RewardPool starts it as a fresh interpreter (not a fork of the trainer, which holds
 torch's threads; not multiprocessing's spawn, which re-imports the trainer's __main__) with one end of
-a socket pair as FD. It loads the reward functions itself (so "file.py:function" specs load here),
+a socket pair as FD. It loads the reward functions itself (so "file.py:function" references load here),
 runs their `prepare()` hooks, then answers calls one at a time, in the order they were sent:
 
     parent -> worker: (f, prompt, completion, row) ... None (exit)
@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 
 from tailrl.errors import UserError
 from tailrl.rewards.scoring import settle
-from tailrl.rewards.specs import Loaded, load_functions
+from tailrl.rewards.settings import Loaded, load_functions
 from tailrl.rewards.timeout import Outcome
 
 

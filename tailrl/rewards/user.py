@@ -1,4 +1,4 @@
-"""Turn a reward spec string into (name, function): a registry name, `package.module:function`, or
+"""Turn a reward ref string into (name, function): a registry name, `package.module:function`, or
 `path/to/file.py:function`. Every way this can fail is a UserError with one line saying what to fix.
 
 The command-line entry point does not put the working directory on sys.path, so a loose file in the
@@ -20,72 +20,72 @@ from typing import Any
 from tailrl.errors import UserError
 from tailrl.rewards.registry import REWARDS, RewardFn
 
-__all__ = ["resolve", "valid_specs"]
+__all__ = ["resolve", "valid_refs"]
 
 
-def valid_specs() -> str:
+def valid_refs() -> str:
     return f"{', '.join(sorted(REWARDS))}, or package.module:function, or path/to/file.py:function"
 
 
-def resolve(spec: str) -> tuple[str, RewardFn]:
-    """The metric name and function for one spec; the name is the registry name or the function's name."""
-    spec = spec.strip()
-    if spec in REWARDS:
-        return spec, REWARDS[spec]
-    target, _, attr = spec.rpartition(":")
+def resolve(ref: str) -> tuple[str, RewardFn]:
+    """The metric name and function for one ref; the name is the registry name or the function's name."""
+    ref = ref.strip()
+    if ref in REWARDS:
+        return ref, REWARDS[ref]
+    target, _, attr = ref.rpartition(":")
     if not target or not attr:
-        raise UserError(f"unknown reward '{spec}'; valid: {valid_specs()}")
+        raise UserError(f"unknown reward '{ref}'; valid: {valid_refs()}")
     is_file = target.endswith(".py") or "/" in target or "\\" in target
-    module = _load_file(target, spec) if is_file else _import(target, spec)
+    module = _load_file(target, ref) if is_file else _import(target, ref)
     fn: Any = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
         if fn is None:
             names = ", ".join(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
             raise UserError(
-                f"reward '{spec}': '{target}' has no '{attr}' (callables there: {names or 'none'})"
+                f"reward '{ref}': '{target}' has no '{attr}' (callables there: {names or 'none'})"
             )
-    _check_signature(fn, spec)
+    _check_signature(fn, ref)
     return attr.rsplit(".", 1)[-1], fn
 
 
-def _import(module_name: str, spec: str) -> ModuleType:
+def _import(module_name: str, ref: str) -> ModuleType:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name and module_name.startswith(e.name):
             hint = " (for a file use path/to/file.py:function)"
-            raise UserError(f"reward '{spec}': no module named '{module_name}'{hint}") from e
-        raise UserError(f"reward '{spec}': importing '{module_name}' failed: {_one_line(e)}") from e
+            raise UserError(f"reward '{ref}': no module named '{module_name}'{hint}") from e
+        raise UserError(f"reward '{ref}': importing '{module_name}' failed: {_one_line(e)}") from e
     except Exception as e:
-        raise UserError(f"reward '{spec}': importing '{module_name}' failed: {_one_line(e)}") from e
+        raise UserError(f"reward '{ref}': importing '{module_name}' failed: {_one_line(e)}") from e
 
 
-def _load_file(path_text: str, spec: str) -> ModuleType:
+def _load_file(path_text: str, ref: str) -> ModuleType:
     path = Path(path_text).expanduser().resolve()
     if not path.is_file():
-        raise UserError(f"reward '{spec}': file not found: {path}")
+        raise UserError(f"reward '{ref}': file not found: {path}")
     # A stable, unique module name per file, registered in sys.modules so pickling and dataclasses work.
     name = f"tailrl_user_reward_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
-        raise UserError(f"reward '{spec}': cannot load {path} as a Python module")
+        raise UserError(f"reward '{ref}': cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
     except Exception as e:
         del sys.modules[name]
-        raise UserError(f"reward '{spec}': loading {path} failed: {_one_line(e)}") from e
+        raise UserError(f"reward '{ref}': loading {path} failed: {_one_line(e)}") from e
     return module
 
 
-def _check_signature(fn: Any, spec: str) -> None:
+def _check_signature(fn: Any, ref: str) -> None:
     """Fail at startup, not on every call, when `fn` cannot take (prompt, completion)."""
     if not callable(fn):
-        raise UserError(f"reward '{spec}' is not callable (got {type(fn).__name__})")
+        raise UserError(f"reward '{ref}' is not callable (got {type(fn).__name__})")
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -93,7 +93,7 @@ def _check_signature(fn: Any, spec: str) -> None:
     try:
         sig.bind_partial("prompt", "completion")
     except TypeError as e:
-        raise UserError(f"reward '{spec}' must accept (prompt, completion, **row): {e}") from e
+        raise UserError(f"reward '{ref}' must accept (prompt, completion, **row): {e}") from e
 
 
 def _one_line(e: BaseException) -> str:

@@ -6,7 +6,7 @@ PODS, priced by a roofline (GPU presets) or by a measured profile of tailrl's en
     generation.py one round on the cluster  spec.py     speculation's cost model
     run.py       steps from a SimConfig      report.py   table + plots
 
-The engine profile it can price with is tailrl/engine/latency_profile.py.
+The engine profile it can price with is tailrl/parallel/latency_profile.py.
 
 GPU / model presets, the roofline and profiled latency predictors and PAT's policy are tailrl/perf/
 (shared with the live PAT controller in tailrl/parallel).

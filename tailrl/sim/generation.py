@@ -18,11 +18,11 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from tailrl.engine.spec.window import expected_tokens
 from tailrl.perf.pat import PatPolicy, spread
 from tailrl.sim.events import EventLoop
 from tailrl.sim.spec import SpecModel, bon_alpha
 from tailrl.sim.workload import Req
+from tailrl.speculative.window import expected_tokens
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tailrl.engine.spec.window import expected_tokens
+from tailrl.speculative.window import expected_tokens
 
 # iteration time from (draft seconds, verify seconds): one entry per execution mode
 ITERATION: dict[str, Callable[[float, float], float]] = {

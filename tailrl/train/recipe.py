@@ -1,24 +1,20 @@
-"""Resolve and validate the algorithm section: preset values fill unset fields; registries checked once."""
+"""Resolve and validate the run configuration: preset values fill the algorithm's unset fields (the names
+themselves were checked when the config was made), and the checks that need several sections."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tailrl.algo import ADVANTAGES, AGGREGATIONS
-from tailrl.algo.downsample import DOWNSAMPLE
+from tailrl.algo.downsample import pods_m
 from tailrl.config import ALGORITHM_PRESETS, AlgoConfig, Config
 from tailrl.errors import UserError
 
 
 def resolve_algo(algo: AlgoConfig, max_new_tokens: int) -> AlgoConfig:
-    if algo.name not in ALGORITHM_PRESETS:
-        raise UserError(f"unknown algo.name '{algo.name}'; valid: {', '.join(ALGORITHM_PRESETS)}")
     preset = ALGORITHM_PRESETS[algo.name]
     filled = replace(algo, **{k: v for k, v in preset.items() if getattr(algo, k) is None})
     if filled.overlong_buffer == -1:
         filled = replace(filled, overlong_buffer=max_new_tokens // 4)
-    ADVANTAGES.get(filled.advantage)  # unknown names: the registry's one-line error
-    AGGREGATIONS.get(filled.loss_agg)
     if filled.ppo_epochs < 1:
         raise UserError(f"algo.ppo_epochs must be >= 1, got {filled.ppo_epochs}")
     if not 0 <= filled.overlong_buffer < max_new_tokens:
@@ -55,38 +51,3 @@ def validate(cfg: Config) -> Config:
             pods_m(cfg.algo.downsample, g)
     pods_m(cfg.algo.downsample, r.group_size)  # validate against the configured G
     return replace(cfg, algo=resolve_algo(cfg.algo, r.max_new_tokens))
-
-
-def pods_m(ds, group_size: int) -> int | None:
-    """Rollouts trained per prompt for this step's G (None: no down-sampling). Raises on bad config."""
-
-    if ds.rule == "none":
-        return None
-    if ds.rule not in DOWNSAMPLE:
-        raise UserError(f"unknown algo.downsample.rule '{ds.rule}'; valid: none, {', '.join(DOWNSAMPLE)}")
-    n = ds.n or group_size
-    if n != group_size:
-        raise UserError(f"algo.downsample.n ({ds.n}) must match the group size G ({group_size}); leave it 0 to follow G")
-    if ds.m:
-        m = ds.m
-    elif ds.ratio:
-        if ds.ratio < 1:
-            raise UserError(f"algo.downsample.ratio must be >= 1 (n / m), got {ds.ratio}")
-        m = max(1, int(round(n / ds.ratio)))
-    else:
-        raise UserError("algo.downsample needs m or ratio")
-    if m > n:
-        raise UserError(f"algo.downsample.m ({m}) must be <= n ({n})")
-    if ds.rule == "max_variance" and m < 2:
-        raise UserError(f"max_variance down-sampling needs m >= 2 (got m = {m})")
-    return m
-
-
-def overlong_penalty(length: int, max_new_tokens: int, buffer: int, penalty: float) -> float:
-    """DAPO soft overlong punishment: 0 up to max - buffer, then a linear ramp down to -penalty at max."""
-    if buffer <= 0:
-        return 0.0
-    start = max_new_tokens - buffer
-    if length <= start:
-        return 0.0
-    return -penalty * min(length - start, buffer) / buffer

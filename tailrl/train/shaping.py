@@ -21,10 +21,10 @@ from typing import Protocol
 
 import torch
 
-from tailrl.algo.downsample import DOWNSAMPLE
+from tailrl.algo.downsample import DOWNSAMPLE, pods_m
+from tailrl.algo.overlong import overlong_penalty
 from tailrl.config import AlgoConfig
 from tailrl.train.groups import Group, subset
-from tailrl.train.recipe import overlong_penalty, pods_m
 
 
 class ShapingStep(Protocol):

@@ -28,7 +28,7 @@ from tailrl.config import Config, dump_config, load_config, to_dict
 from tailrl.control import build_controller
 from tailrl.data.datasets import encode_example, load_dataset
 from tailrl.data.sampler import PromptSampler
-from tailrl.engine import SamplingParams, build_engine
+from tailrl.engine import SamplingParams
 from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
 from tailrl.model import load
@@ -41,6 +41,7 @@ from tailrl.model.loading import (
 )
 from tailrl.model.weights import hf_state_dict, load_weights
 from tailrl.rewards import build_reward
+from tailrl.speculative import build_engine
 from tailrl.tail import group_ratios, straggler_rate
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -51,7 +52,7 @@ from tailrl.train.policy import Policy
 from tailrl.train.recipe import validate
 from tailrl.train.rollout import RolloutWorker, update_time_saved
 from tailrl.train.shaping import PodsSelect, Shaper
-from tailrl.train.update import TrainingDiverged, UpdateSpec, batch_logprobs, update_step
+from tailrl.train.update import TrainingDiverged, UpdateParams, batch_logprobs, update_step
 
 
 class Trainer:
@@ -108,7 +109,7 @@ class Trainer:
                 self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
             self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
                 device.startswith("cuda")
-            self.spec = UpdateSpec(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
+            self.update_params = UpdateParams(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
                                    kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
                                    micro_batch_size=t.micro_batch_size,
                                    temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
@@ -207,16 +208,16 @@ class Trainer:
                                  [r.token_ids for g in groups for r in g.rollouts], adv,
                                  pad_id=self.tokenizer.pad_token_id or 0, device=dev,
                                  rollout_logprobs=[r.logprobs for g in groups for r in g.rollouts])
-        mb = (self.spec.micro_batch_size, self.spec.temperature, self.spec.micro_batch_tokens)
+        mb = (self.update_params.micro_batch_size, self.update_params.temperature, self.update_params.micro_batch_tokens)
         par = {"ctx": self.ctx, "autocast": self.policy.autocast}
         if self.reference is not None:
-            batch.ref_logp = batch_logprobs(self.reference, batch, *mb, **par, chunk_rows=self.spec.chunk_rows)
+            batch.ref_logp = batch_logprobs(self.reference, batch, *mb, **par, chunk_rows=self.update_params.chunk_rows)
         if self.cfg.algo.ppo_epochs > 1:
-            batch.old_logp = batch_logprobs(self.model, batch, *mb, **par, chunk_rows=self.spec.chunk_rows)
+            batch.old_logp = batch_logprobs(self.model, batch, *mb, **par, chunk_rows=self.update_params.chunk_rows)
         out: dict[str, float] = {}
         mismatch: dict[str, float] = {}
         for epoch in range(self.cfg.algo.ppo_epochs):
-            out = update_step(self.model, self.optimizer, batch, self.spec, **par)
+            out = update_step(self.model, self.optimizer, batch, self.update_params, **par)
             if epoch == 0:  # the engine's logprobs vs the trainer's, before any update of this step: measured once
                 mismatch = {k: v for k, v in out.items() if k.startswith("rollout/logprob_diff")}
                 batch.rollout_logp = None

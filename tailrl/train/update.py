@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from tailrl.algo.logprobs import completion_logprobs
-from tailrl.algo.losses import AggNorm, aggregate, policy_loss
+from tailrl.algo.losses import AGGREGATIONS, AggNorm, policy_loss
 from tailrl.train.batch import TrainBatch
 from tailrl.train.distributed import SINGLE, DistContext
 
@@ -26,7 +26,7 @@ class TrainingDiverged(RuntimeError):
 
 
 @dataclass(frozen=True)
-class UpdateSpec:
+class UpdateParams:
     loss_agg: str
     eps_low: float
     eps_high: float
@@ -64,25 +64,26 @@ def batch_logprobs(model, batch: TrainBatch, micro_batch_size: int, temperature:
     return out
 
 
-def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec, ctx: DistContext = SINGLE,
+def update_step(model, optimizer, batch: TrainBatch, params: UpdateParams, ctx: DistContext = SINGLE,
                 autocast=contextlib.nullcontext) -> dict[str, float]:
     """Accumulate the batch loss over micro-batches, clip, step. Returns actor/* metrics (whole batch)."""
     model.train()
-    norm = AggNorm.of(batch.completion_mask, spec.max_completion_len)
+    norm = AggNorm.of(batch.completion_mask, params.max_completion_len)
+    agg = AGGREGATIONS.get(params.loss_agg)  # resolved once per step, not per micro-batch
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clipfrac": 0.0, "ratio": 0.0, "lp_diff": 0.0}
     lp_diff_max = 0.0
     tokens = max(norm.num_tokens, 1)
     optimizer.zero_grad(set_to_none=True)
-    passes = my_micro_batches(batch, spec.micro_batch_size, spec.micro_batch_tokens, ctx)
+    passes = my_micro_batches(batch, params.micro_batch_size, params.micro_batch_tokens, ctx)
     for _, mb, weight in passes:
         with autocast():
-            logp = completion_logprobs(model, mb.input_ids, mb.prompt_lens, mb.max_completion, spec.temperature,
-                                       spec.chunk_rows)
+            logp = completion_logprobs(model, mb.input_ids, mb.prompt_lens, mb.max_completion, params.temperature,
+                                       params.chunk_rows)
         logp = logp.float()
         old = mb.old_logp if mb.old_logp is not None else logp.detach()
-        out = policy_loss(logp, old, mb.advantages, spec.eps_low, spec.eps_high, mb.ref_logp, spec.kl_coef)
-        m = mb.completion_mask
-        loss = aggregate(out["loss"], m, spec.loss_agg, norm)
+        out = policy_loss(logp, old, mb.advantages, params.eps_low, params.eps_high, mb.ref_logp, params.kl_coef)
+        m = mb.completion_mask.to(out["loss"].dtype)
+        loss = agg(out["loss"], m, norm)
         if not ctx.enabled and not torch.isfinite(loss):  # under torchrun the global gradient norm decides
             optimizer.zero_grad(set_to_none=True)
             raise TrainingDiverged(f"non-finite loss ({loss.item()})")
@@ -93,11 +94,11 @@ def update_step(model, optimizer, batch: TrainBatch, spec: UpdateSpec, ctx: Dist
             lp_diff_max = max(lp_diff_max, diff.max().item())
         if weight:
             sums["loss"] += loss.item()
-            sums["pg_loss"] += aggregate(out["pg_loss"].detach(), m, spec.loss_agg, norm).item()
+            sums["pg_loss"] += agg(out["pg_loss"].detach(), m, norm).item()
             sums["kl"] += (out["kl"].detach() * m).sum().item() / tokens
             sums["clipfrac"] += (out["clipped"].float() * m).sum().item() / tokens
             sums["ratio"] += (out["ratio"].detach() * m).sum().item() / tokens
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), params.max_grad_norm)
     grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)

@@ -10,8 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tailrl.algo.chunked_logprobs import chunked_token_logprobs
-from tailrl.algo.logprobs import token_logprobs
+from tailrl.model.head import chunked_token_logprobs, token_logprobs
 
 N, HD, V = 50, 32, 300
 
@@ -151,8 +150,8 @@ def test_rejects_mismatched_targets():
 MEM_SCRIPT = r"""
 import json, resource, sys
 import torch, torch.nn.functional as F
-from tailrl.algo.chunked_logprobs import chunked_token_logprobs
-from tailrl.algo.logprobs import token_logprobs
+from tailrl.model.head import chunked_token_logprobs
+from tailrl.model.head import token_logprobs
 variant, N, HD, V, C = sys.argv[1], *map(int, sys.argv[2:])
 h = torch.randn(N, HD, requires_grad=True)
 w = (torch.randn(V, HD) * 0.05).requires_grad_()

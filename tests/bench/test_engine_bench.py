@@ -1,30 +1,33 @@
 """`tailrl bench engine`'s pieces on a tiny model: the decode-step measurement and its counts, the roofline
 arithmetic, sampling vs the LM head, and the long-tailed workload against HF generate (both caches)."""
 
+import statistics
+
 import pytest
 import torch
 
 from tailrl.bench.engine import decode_step, roofline_fraction, sampler_vs_head, summary
 from tailrl.bench.engine_tail import long_tail, make_lengths
 from tailrl.cli import main
-from tailrl.perf.hardware import GPU, ModelSpec
+from tailrl.perf.hardware import GPU, ModelShape
 from tests.helpers import tiny_native
 
 
 def test_decode_step_measures_and_counts():
     model = tiny_native("llama", vocab=97)[0]
     r = decode_step(model, batch=3, context=10, steps=2, warmup=1, device="cpu", overrides={})
-    assert r["batch"] == 3 and r["step_ms"] > 0 and len(r["step_ms_all"]) == 2 and r["ops"] > 10
+    assert r["batch"] == 3 and len(r["step_ms_all"]) == 2 and r["ops"] > 10
+    assert r["step_ms"] == pytest.approx(statistics.median(r["step_ms_all"]))  # the median of the timed steps
     assert r["attention"] == "torch" and not r["static"]
     nested = decode_step(model, batch=2, context=6, steps=1, warmup=1, device="cpu",
                          overrides={"spec": {"method": "ngram"}, "sampler": "inverse_cdf"})  # --engine spec.method=...
-    assert nested["batch"] == 2 and nested["step_ms"] > 0
+    assert nested["batch"] == 2 and nested["step_ms"] == pytest.approx(statistics.median(nested["step_ms_all"]))
 
 
 def test_roofline_fraction_is_bytes_over_bandwidth_over_time():
-    spec = ModelSpec("m", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
+    spec = ModelShape("m", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
     gpu = GPU("g", 1.0, hbm_tbps=1.0, hbm_gb=1.0, link_gbps=1.0)
-    s2 = ModelSpec(**{**spec.__dict__, "bytes_per_param": 2})
+    s2 = ModelShape(**{**spec.__dict__, "bytes_per_param": 2})
     read = s2.weight_bytes + 4 * 32 * s2.kv_bytes_per_token
     assert roofline_fraction(spec, 2, 4, 32, step_ms=1.0, gpu=gpu) == pytest.approx(read / 1e12 / 1e-3)
 
@@ -32,7 +35,7 @@ def test_roofline_fraction_is_bytes_over_bandwidth_over_time():
 def test_sampling_vs_head_and_long_tail_vs_hf(tmp_path):
     s = sampler_vs_head("cpu", torch.float32, "blocked", batch=4, vocab=1000, hidden=32, reps=2)
     assert s["lm_head_ms"] > 0 and s["sampling_ms"] > 0
-    spec = ModelSpec("tiny", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=97)
+    spec = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=97)
     t = long_tail(spec, "LlamaForCausalLM", "cpu", torch.float32, batch=4, median=6, sigma=1.0,
                   max_len=16, temperature=1.0, repeat=1, seed=0, engine_overrides={}, progress=lambda *_: None)
     assert set(t["best"]) == {"hf_dynamic_cache", "hf_static_cache", "tailrl"} and t["ratio_vs_hf_static"] > 0

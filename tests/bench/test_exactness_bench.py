@@ -9,10 +9,10 @@ import pytest
 from tailrl.bench.exactness import engine_config, make_requests, run_exactness_bench
 from tailrl.bench.exactness_stats import compare_runs, first_divergence, histogram, summary, token_deltas
 from tailrl.model import ModelArgs
-from tailrl.perf.hardware import ModelSpec
+from tailrl.perf.hardware import ModelShape
 from tests.helpers import tiny_hf_config
 
-TINY = replace(ModelSpec.of(ModelArgs.from_hf(tiny_hf_config())), name="tiny")
+TINY = replace(ModelShape.of(ModelArgs.from_hf(tiny_hf_config())), name="tiny")
 
 
 def test_first_divergence():
@@ -77,7 +77,8 @@ def test_tiny_run_fills_every_comparison(tmp_path):
     assert "not_measured" in rows[("cuda graphs", "eager")] and "not_measured" in rows[("TP2", "TP1")]
     for c in res["comparisons"]:
         if "not_measured" not in c:
-            assert c["sequences"] == 8 and 0.0 <= c["identity_rate"] <= 1.0 and c["max_abs_dlogprob"] >= 0.0
+            assert c["sequences"] == 8 and c["identity_rate"] == c["identical"] / 8
+            assert c["first_divergence"]["count"] == 8 - c["identical"] and c["max_abs_dlogprob"] < 1e-3
     runs = res["runs"]
     assert runs["spec cold, B=4"]["verify_steps"] > 0
     assert runs["spec warm, B=4"]["tokens_per_verify_row"] > 1  # replayed drafts: multi-token verify rows
@@ -104,4 +105,5 @@ def test_tiny_run_over_two_tp_ranks(tmp_path):
                               tp=True, progress=lambda *_: None)
     tp = [c for c in res["comparisons"] if c["run"].startswith("TP2")]
     assert [c["vs"] for c in tp] == ["batch 4", "alone (B=1)"]
-    assert all(c["sequences"] == 4 and 0.0 <= c["identity_rate"] <= 1.0 for c in tp)
+    assert all(c["sequences"] == 4 and c["identity_rate"] == c["identical"] / 4 for c in tp)
+    assert all(c["first_divergence"]["count"] == 4 - c["identical"] for c in tp)

@@ -91,7 +91,7 @@ def test_bad_config_values(tmp_path):
     src = str(write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a", "answer": "1"}]))
     with pytest.raises(UserError, match="valid: auto, jsonl, json, parquet, hf_disk, gsm8k, math500"):
         load_dataset(DataConfig(source=src, format="csv"))
-    with pytest.raises(UserError, match="on_bad_row must be skip or fail"):
+    with pytest.raises(UserError, match="unknown data.on_bad_row .ignore.; valid: skip, fail"):
         load_dataset(DataConfig(source=src, on_bad_row="ignore"))
     with pytest.raises(UserError, match="must contain \\{prompt\\}"):
         load_dataset(DataConfig(source=src, prompt_template="no slot"))

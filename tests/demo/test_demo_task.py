@@ -8,10 +8,11 @@ import torch
 
 from tailrl.config import EngineConfig
 from tailrl.data.demo_task import DemoTask, parse_answer
-from tailrl.demo.warmstart import WarmStartSpec, warm_start
-from tailrl.engine import Request, SamplingParams, build_engine
+from tailrl.demo.warmstart import WarmStartParams, warm_start
+from tailrl.engine import Request, SamplingParams
 from tailrl.model import load
 from tailrl.rewards import REWARDS
+from tailrl.speculative import build_engine
 
 
 def test_task_solutions_are_correct_and_splits_disjoint():
@@ -66,7 +67,7 @@ def test_warm_start_reduced_setting_learns_format_and_has_long_tail(tmp_path):
     from tailrl.demo.run import DEMO_TASK
 
     task = DEMO_TASK
-    spec = WarmStartSpec(layers=2, hidden=96, heads=4, kv_heads=2, intermediate=256, batch=32, steps=250,
+    spec = WarmStartParams(layers=2, hidden=96, heads=4, kv_heads=2, intermediate=256, batch=32, steps=250,
                          lr=4e-3)  # the default time budget: 250 fixed steps decide the result, not speed
     folder = warm_start(tmp_path, task, spec)
     assert warm_start(tmp_path, task, spec) == folder  # cached

@@ -8,13 +8,13 @@ import torch
 
 import tailrl.demo.draft as draft_mod
 from tailrl.data.demo_task import DemoTask
-from tailrl.demo.draft import DraftSpec, distill_draft, keyed_acceptance, policy_rollouts
+from tailrl.demo.draft import DraftParams, distill_draft, keyed_acceptance, policy_rollouts
 from tailrl.demo.tokenizer import demo_tokenizer
-from tailrl.demo.warmstart import WarmStartSpec, model_args
+from tailrl.demo.warmstart import WarmStartParams, model_args
 from tailrl.model import build_model, init_random, load, save_hf
 
 TASK = DemoTask(min_terms=2, max_terms=3, max_operand=5)
-SPEC = DraftSpec(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, samples=48, steps=40, batch=8,
+SPEC = DraftParams(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, samples=48, steps=40, batch=8,
                  lr=1e-2, max_new_tokens=24, eval_samples=16)
 
 
@@ -22,7 +22,7 @@ SPEC = DraftSpec(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, samp
 def policy_dir(tmp_path_factory):
     """A tiny random policy with peaked (std 0.3) next-token distributions, saved with the demo tokenizer."""
     tok = demo_tokenizer()
-    arch = WarmStartSpec(hidden=48, layers=2, heads=2, kv_heads=1, intermediate=96)
+    arch = WarmStartParams(hidden=48, layers=2, heads=2, kv_heads=1, intermediate=96)
     model = init_random(build_model(model_args(arch, len(tok), tok.eos_token_id)), std=0.3, seed=3)
     return save_hf(model, tmp_path_factory.mktemp("policy") / "demo-policy-tiny", tokenizer=tok)
 

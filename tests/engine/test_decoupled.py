@@ -7,10 +7,11 @@ import random
 import pytest
 
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
-from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.spec.decoupled.stream import Stream, merge, reconcile
-from tailrl.engine.spec.decoupled.tgs import slots_decoupled, tau_decoupled
+from tailrl.engine import Request, SamplingParams
 from tailrl.errors import UserError
+from tailrl.speculative import build_engine
+from tailrl.speculative.decoupled.stream import Stream, merge, reconcile
+from tailrl.speculative.decoupled.tgs import slots_decoupled, tau_decoupled
 from tests.helpers import tiny_native
 
 PROMPTS = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 10, 11, 12, 13, 14, 15, 16], [30], [40, 41, 42, 40, 41, 42]]
@@ -32,7 +33,7 @@ def drafts(model, tmp_path_factory):
 
 
 def _run(model, spec=None, temperature=1.0, max_new=40, **kw):
-    engine = Engine(model, EngineConfig(**({"kv_cache_tokens": 4096, "block_size": 4, "spec": spec or SpecConfig()}
+    engine = build_engine(model, None, EngineConfig(**({"kv_cache_tokens": 4096, "block_size": 4, "spec": spec or SpecConfig()}
                                            | kw)), eos_ids=[2])
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=5)
     outs, trace = engine.generate([Request(p, uid=10 + i, n=4, params=params) for i, p in enumerate(PROMPTS)])
@@ -97,8 +98,8 @@ def test_identity_under_preemption(model, drafts, draft):
 @pytest.mark.slow
 def test_identity_while_requests_change_window_and_mode(model, drafts, monkeypatch):
     """Alg. 2 moves requests between coupled and decoupled pacing and other windows mid-stream."""
-    import tailrl.engine.spec.decoupled.speculator as dec
-    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost
+    import tailrl.speculative.decoupled.speculator as dec
+    from tailrl.speculative.decoupled.tgs import DraftCost, VerifyCost
 
     flips = iter(range(10**6))
     monkeypatch.setattr(dec, "reconfigure", lambda acc, *a: {sid: (2 + next(flips) % 3, ("coupled", "decoupled")[
@@ -106,7 +107,7 @@ def test_identity_while_requests_change_window_and_mode(model, drafts, monkeypat
     base, _, _, _ = _run(model)
     spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="decoupled", gate=False,
                       decoupled=DecoupledSpecConfig(window=3, reconfigure_every=2))
-    engine = Engine(model, EngineConfig(kv_cache_tokens=4096, block_size=4, spec=spec), eos_ids=[2])
+    engine = build_engine(model, None, EngineConfig(kv_cache_tokens=4096, block_size=4, spec=spec), eos_ids=[2])
     sp = engine.strategy
     sp.D, sp.V = DraftCost(1e-3, 0.0), VerifyCost(1e-3, 0.0, 1e-4)  # turn Alg. 2 on (window stays fixed)
     params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=5)
@@ -133,9 +134,9 @@ def test_gate_falls_back_to_plain_rounds_and_stays_exact(model, drafts):
 
 def test_config_errors(model):
     with pytest.raises(UserError, match="draft model"):
-        Engine(model, EngineConfig(spec=SpecConfig(method="ngram", mode="decoupled")))
+        build_engine(model, None, EngineConfig(spec=SpecConfig(method="ngram", mode="decoupled")))
     with pytest.raises(UserError, match="engine.spec.mode"):
-        Engine(model, EngineConfig(spec=SpecConfig(method="ngram", mode="sideways")))
+        build_engine(model, None, EngineConfig(spec=SpecConfig(method="ngram", mode="sideways")))
 
 
 # -- the stream rule ------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def test_tau_decoupled_matches_the_protocol(p, w):
 
 # -- mode choice and the runtime profile ----------------------------------------------------------------
 def _profile(path, draft_alpha: float) -> str:
-    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
+    from tailrl.speculative.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
 
     v = VerifyCost(5e-3, 1e-6, 1e-6)  # a verify forward costs its fixed part: drafts verify almost free
     save_tgs_profile({"drafts": {1: DraftCost(draft_alpha, 0.0), 2: DraftCost(draft_alpha, 0.0)},
@@ -222,14 +223,14 @@ def _profile(path, draft_alpha: float) -> str:
 
 @pytest.mark.slow
 def test_auto_mode_follows_the_tgs_model(model, drafts, tmp_path):
-    from tailrl.engine.spec.coupled.speculator import Speculator
-    from tailrl.engine.spec.decoupled.speculator import DecoupledSpeculator
+    from tailrl.speculative.coupled.speculator import Speculator
+    from tailrl.speculative.decoupled.speculator import DecoupledSpeculator
 
     def build(alpha):
         spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto",
                           decoupled=DecoupledSpecConfig(draft_cores=1, verify_cores=1,
                                         profile=_profile(tmp_path / f"p{alpha}.json", alpha)))
-        return Engine(model, EngineConfig(kv_cache_tokens=4096, block_size=4, max_batch_size=16, spec=spec))
+        return build_engine(model, None, EngineConfig(kv_cache_tokens=4096, block_size=4, max_batch_size=16, spec=spec))
 
     # a draft step costs half a verify forward: pipelined, drafting hides behind verification (TGS 345/s
     # per request at w = 2); in line it adds to it (274/s at best, w = 3); plain decoding 199/s
@@ -243,9 +244,9 @@ def test_auto_mode_follows_the_tgs_model(model, drafts, tmp_path):
 
 @pytest.mark.slow
 def test_runtime_profile_fits_its_rounds(model, drafts):
-    from tailrl.engine.spec.profiling.tgs import profile_decoupled
+    from tailrl.speculative.profiling.tgs import profile_decoupled
 
-    d, v, pts = profile_decoupled(Engine, model, str(drafts / "other"), 1, 1, batches=(2, 6), windows=(2, 3), max_new=6,
+    d, v, pts = profile_decoupled(model, str(drafts / "other"), 1, 1, batches=(2, 6), windows=(2, 3), max_new=6,
                                   block_size=4)
     assert len(pts["verify"]) >= 8 and pts["draft"]
     assert min(d.alpha, d.slope, v.beta, v.per_request, v.per_token) >= 0 and d(4) > 0 and v(4, 8) > 0
@@ -253,11 +254,11 @@ def test_runtime_profile_fits_its_rounds(model, drafts):
 
 
 def test_profile_without_the_needed_core_counts_is_a_clear_error(model, drafts, tmp_path):
-    from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
+    from tailrl.speculative.decoupled.tgs import DraftCost, VerifyCost, save_tgs_profile
 
     save_tgs_profile({"drafts": {1: DraftCost(1e-3, 0.0)}, "verifies": {1: VerifyCost(1e-3, 0.0, 0.0)}, "points": {}},
                      tmp_path / "p.json")
     spec = SpecConfig(method=f"draft:{drafts / 'other'}", mode="auto",
                       decoupled=DecoupledSpecConfig(draft_cores=1, verify_cores=1, profile=str(tmp_path / "p.json")))
     with pytest.raises(UserError, match="no drafts for 2 core"):
-        Engine(model, EngineConfig(spec=spec))
+        build_engine(model, None, EngineConfig(spec=spec))

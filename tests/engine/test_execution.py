@@ -50,7 +50,7 @@ def test_static_decode_is_token_identical_to_the_dynamic_path(model, temperature
     dynamic, _, _ = _run(model, temperature, attention="triton", static_decode=False)
     static, trace, eng = _run(model, temperature, attention="triton", static_decode=True)
     assert _same_tokens(static, dynamic)
-    assert eng.static is not None and sorted(eng.static.bufs) == [2, 4, 8]  # the batch crossed buckets
+    assert eng.runner.static is not None and sorted(eng.runner.static.bufs) == [2, 4, 8]  # the batch crossed buckets
 
 
 @pytest.mark.slow

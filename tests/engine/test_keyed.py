@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tailrl.engine.keyed import (
+from tailrl.engine.request import Request, SamplingParams
+from tailrl.engine.sampling import (
     SAMPLERS,
     hash_keys,
     key_hash,
@@ -14,8 +15,7 @@ from tailrl.engine.keyed import (
     process_logits,
     uniform_from_hash,
 )
-from tailrl.engine.request import Request, SamplingParams
-from tailrl.engine.sampling import sample_hashes, sample_keys
+from tailrl.engine.sampling.rows import sample_hashes, sample_keys
 from tailrl.engine.sequence import Sequence
 from tests.helpers import key_rows
 

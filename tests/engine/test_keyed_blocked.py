@@ -4,18 +4,14 @@ distribution against its weights, agreement with inverse_cdf, bitwise batch inva
 import pytest
 import torch
 
-from tailrl.engine import keyed
-from tailrl.engine.keyed import (
-    SAMPLERS,
+from tailrl.engine.sampling import hash_keys, host_flags, keyed, keyed_sample, keyed_sample_hashed
+from tailrl.engine.sampling.blocked import (
     _nucleus_floor,
     _radix_select,
     _sample_weights,
     _weights,
     block_sums,
-    hash_keys,
-    host_flags,
-    keyed_sample,
-    keyed_sample_hashed,
+    sample_blocked,
 )
 from tests.helpers import key_rows
 
@@ -76,15 +72,15 @@ def test_blocked_chi_square_over_blocks_and_tail(temperature):
     assert ok, stat
 
 
-def test_blocked_registry_sampler_on_log_probs():
-    """SAMPLERS["blocked"] (the same search on given log-probs, for callers of the registry) is a correct
-    sampler of softmax(logp), filtered tokens included."""
+def test_blocked_sampler_on_log_probs():
+    """sample_blocked (the same search on given log-probs) is a correct sampler of softmax(logp), filtered
+    tokens included."""
     g = torch.Generator().manual_seed(2)
     V, N = 300, 40000
     logp = (torch.randn(V, generator=g) * 2).log_softmax(-1)
     logp[::7] = float("-inf")
 
-    tok = SAMPLERS["blocked"](logp.expand(N, V), hash_keys(key_rows(N, seed=5)))
+    tok = sample_blocked(logp.expand(N, V), hash_keys(key_rows(N, seed=5)))
     ok, stat = _chi2_ok(tok, logp.softmax(-1), N)
     assert ok, stat
     assert (tok % 7 != 0).all()
@@ -254,7 +250,7 @@ def test_blocked_with_flags_reads_nothing_back(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("host read-back")
 
-    monkeypatch.setattr(keyed, "_flags", boom)
+    monkeypatch.setattr(keyed, "read_flags", boom)
     for name in ("item", "tolist", "__bool__", "__int__", "__float__"):
         monkeypatch.setattr(torch.Tensor, name, boom)
     got = keyed_sample_hashed(logits, h, t, k, p, "blocked", (True, True, True))

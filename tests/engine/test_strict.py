@@ -9,8 +9,9 @@ import torch
 
 from tailrl.algo.logprobs import completion_logprobs
 from tailrl.config import EngineConfig, SpecConfig, load_config
-from tailrl.engine import Engine, Request, SamplingParams
+from tailrl.engine import Request, SamplingParams
 from tailrl.errors import UserError
+from tailrl.speculative import build_engine
 from tailrl.train.batch import make_train_batch
 from tailrl.train.trainer import Trainer
 from tests.helpers import base_overrides, tiny_native
@@ -24,7 +25,7 @@ def model():
 
 
 def _run(model, **engine):
-    eng = Engine(model, EngineConfig(kv_cache_tokens=512, block_size=4, exact="strict", **engine), eos_ids=[2])
+    eng = build_engine(model, None, EngineConfig(kv_cache_tokens=512, block_size=4, exact="strict", **engine), eos_ids=[2])
     params = SamplingParams(temperature=1.0, max_new_tokens=7, seed=3, ignore_eos=True)
     outs, _ = eng.generate([Request(p, uid=i, n=2, params=params) for i, p in enumerate(PROMPTS)])
     return [(o.token_ids, o.logprobs) for o in outs]
@@ -75,6 +76,6 @@ def test_fast_mode_reports_its_mismatch(tiny_model_dir, arith_data, tmp_path):
 
 def test_strict_needs_the_triton_attention(model):
     with pytest.raises(UserError, match="engine.exact=strict needs engine.attention=triton"):
-        Engine(model, EngineConfig(exact="strict", attention="torch"))
+        build_engine(model, None, EngineConfig(exact="strict", attention="torch"))
     with pytest.raises(UserError, match="unknown engine.exact 'exactish'"):
-        Engine(model, EngineConfig(exact="exactish"))
+        build_engine(model, None, EngineConfig(exact="exactish"))

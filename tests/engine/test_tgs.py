@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tailrl.engine.spec.decoupled.tgs import (
+from tailrl.speculative.decoupled.tgs import (
     DraftCost,
     VerifyCost,
     choose,
@@ -22,7 +22,7 @@ from tailrl.engine.spec.decoupled.tgs import (
     tgs_decoupled,
     tgs_plain,
 )
-from tailrl.engine.spec.profiling.tgs import fit_verify
+from tailrl.speculative.profiling.tgs import fit_verify
 
 D = DraftCost(1e-3, 1e-4)
 V = VerifyCost(2e-3, 1e-4, 5e-5)

@@ -3,10 +3,10 @@ import json
 import pytest
 
 from tailrl.errors import UserError
-from tailrl.perf.hardware import GPU, MODELS, ModelSpec, gpu, model_spec
+from tailrl.perf.hardware import GPU, MODELS, ModelShape, gpu, model_spec
 from tailrl.perf.latency import CALIBRATED, EngineOverheads, Profiled, Roofline, interp
 
-TOY = ModelSpec("toy", layers=2, hidden=8, heads=2, kv_heads=1, intermediate=16, vocab=10)
+TOY = ModelShape("toy", layers=2, hidden=8, heads=2, kv_heads=1, intermediate=16, vocab=10)
 TOY_GPU = GPU("toy", tflops=1e-6, hbm_tbps=1e-9, hbm_gb=1.0, link_gbps=1.0)
 
 

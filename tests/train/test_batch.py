@@ -7,7 +7,7 @@ import random
 import torch
 
 from tailrl.train.batch import length_groups, make_train_batch
-from tailrl.train.update import UpdateSpec, batch_logprobs, update_step
+from tailrl.train.update import UpdateParams, batch_logprobs, update_step
 from tests.helpers import tiny_native
 
 
@@ -50,7 +50,7 @@ def test_update_with_token_budget_equals_fixed_micro_batches():
         m = copy.deepcopy(model)
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         lp = batch_logprobs(m, batch, 4, 0.8, tokens)
-        metrics = update_step(m, opt, batch, UpdateSpec(**base, micro_batch_tokens=tokens))
+        metrics = update_step(m, opt, batch, UpdateParams(**base, micro_batch_tokens=tokens))
         out[tokens] = (lp, metrics, [p.detach().clone() for p in m.parameters()])
     lp0, m0, w0 = out[0]
     lp1, m1, w1 = out[40]

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from tailrl.algo.logprobs import token_logprobs
 from tailrl.config import load_config
 from tailrl.engine import Request, SamplingParams
 from tailrl.errors import UserError
+from tailrl.model.head import token_logprobs
 from tailrl.train.trainer import Trainer, out_of_memory
 from tests.helpers import base_overrides, tiny_native
 

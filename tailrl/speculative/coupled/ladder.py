@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tailrl.engine.spec.window import expected_tokens
 from tailrl.errors import UserError
+from tailrl.speculative.window import expected_tokens
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10)) + (0.95,)
 

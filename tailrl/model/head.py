@@ -1,28 +1,47 @@
-"""Fused LM head + chosen-token log-softmax, chunk by chunk: the training forward's last step without
-(N, V) logits.
+"""The LM head in its three modes, chosen in one place (`lm_head_output`, called by CausalLM.forward):
 
-Flow: training forward (decoder -> final-norm hidden at the completion positions) -> *logprobs* (here)
--> policy loss (tailrl/algo/losses.py) -> backward. Today the model's LM head returns (S, C, V) logits and
-`token_logprobs` takes their fp32 log-softmax; autograd then keeps an (S, C, V) fp32 tensor for backward
-(3.2 GB at 64 x 256 tokens, V = 49,152) and builds two more of the same size in backward. Here the LM head
-and the log-softmax run on `chunk_rows` rows at a time; forward keeps only the per-row logsumexp, and
-backward recomputes each chunk's logits (one extra LM-head matmul, the Liger-kernel trade), so memory is
-O(chunk_rows x V) whatever N is.
+    logits           lm_head(h) -> (B, K, V)                                    (the engine; targets=None)
+    token logprobs   log softmax(lm_head(h) / T)[target] from whole logits      (tp > 1, or chunk_rows=0)
+    chunked          the same, the head and log-softmax `chunk_rows` rows at a time (the trainer's default)
 
-How `completion_logprobs` calls it (the model returns final-norm hidden states instead of logits):
+and strict mode's logprobs through the batch-invariant kernels (model/strict.py) whatever chunk_rows is.
 
-    h = model(input_ids, logits_index=idx, <return hidden>)       # (S, C, Hd) at the predicting positions
-    head = model.lm_head
-    w = head.tied.weight if head.tied is not None else head.weight  # (V, Hd), tied or not
-    lp = chunked_token_logprobs(h.flatten(0, 1), w, targets.flatten(), temperature).view(S, C)
-
-which equals `token_logprobs(model(input_ids, logits_index=idx), targets, temperature)` (tp = 1).
+The chunked mode is the training forward's last step without (N, V) logits: forward keeps only the
+per-row logsumexp, backward recomputes each chunk's logits (one extra LM-head matmul, the Liger-kernel
+trade), so memory is O(chunk_rows x V) whatever N is, where whole logits would keep an (S, C, V) fp32 tensor
+for backward (3.2 GB at 64 x 256 tokens, V = 49,152) and build two more of the same size in backward.
 """
 
 from __future__ import annotations
 
 import torch
 from torch.autograd.function import once_differentiable
+
+from tailrl.model import strict
+
+
+def lm_head_output(lm_head, h: torch.Tensor, targets: torch.Tensor | None, temperature: float = 1.0,
+                   chunk_rows: int = 1024, strict_mode: bool = False) -> torch.Tensor:
+    """h: (B, K, hidden) final-norm hidden states; lm_head: the model's ParallelLMHead. -> logits (B, K, V)
+    when targets is None, else the logprobs (B, K) of targets (B, K) under softmax(logits / temperature)."""
+    if targets is None:
+        return lm_head(h)
+    if strict_mode:  # the engine's logprob: the invariant head, then one row per program
+        return strict.token_logprobs(lm_head(h), targets, temperature)
+    if lm_head.tp.size > 1 or chunk_rows <= 0:  # TP: the plain head (its vocabulary gather is the collective)
+        return token_logprobs(lm_head(h), targets, temperature)
+    w = lm_head.tied.weight if lm_head.tied is not None else lm_head.weight  # (V, hidden), tied or not
+    return chunked_token_logprobs(h, w, targets, temperature, chunk_rows=chunk_rows)  # (B, K)
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """logits: (S, T, V) predicting targets (S, T) -> (S, T) log softmax(logits / T)[target].
+    Computed row-chunk by row-chunk in fp32 to bound the (S, T, V) fp32 temporary."""
+    out = []
+    for lg, tg in zip(logits.split(4), targets.split(4)):
+        lp = (lg.float() / temperature).log_softmax(-1)
+        out.append(lp.gather(-1, tg.unsqueeze(-1)).squeeze(-1))
+    return torch.cat(out)
 
 
 def _compute_dtype(t: torch.Tensor) -> torch.dtype:

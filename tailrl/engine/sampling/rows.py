@@ -1,5 +1,5 @@
 """Keyed sampling of engine sequences: the keys and sampling parameters of `Sequence`s turned into the
-pure functions of engine/keyed.py. The engine, every decode strategy and the drafters (in this process
+pure functions of sampling/keyed.py. The engine, every decode strategy and the drafters (in this process
 or the drafter process) sample through these, so a token is drawn with the same key wherever it is drawn.
 
 A key is (seed, prompt uid, sample index, position); each sequence hashes its fixed part once
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from tailrl.engine.keyed import Flags, host_flags, keyed_sample_hashed, position_hash
+from tailrl.engine.sampling.hashing import position_hash
+from tailrl.engine.sampling.keyed import KeyedSampler
+from tailrl.engine.sampling.processing import Flags, host_flags
 from tailrl.engine.sequence import Sequence
 from tailrl.model import strict as strict_ops
 
@@ -78,19 +80,19 @@ def _strict(logits, tokens, temperature, seqs):
     return invariant_logprobs(logits, tokens, temperature, {s.request.params.temperature for s in seqs})
 
 
-def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: str,
+def sample_rows(seqs: list[Sequence], logits: torch.Tensor, positions: list[int] | None, sampler: KeyedSampler,
                 strict: bool = False):
     """Keyed samples (tokens (B,), logprobs (B,)) for rows of logits (B, V) with each row's sampling
-    parameters: the engine's sampler, shared with drafters that sample in another process. strict: the
+    parameters (sampler: a SAMPLERS entry): the engine's sampler, shared with drafters that sample in another process. strict: the
     logprobs recomputed as the trainer's invariant forward computes them."""
     dev = logits.device
     temp, top_k, top_p = row_params(seqs, dev)
-    tokens, logps = keyed_sample_hashed(logits, sample_hashes(seqs, positions, dev), temp, top_k, top_p, sampler,
-                                        seq_flags(seqs))
+    tokens, logps = sampler(logits, sample_hashes(seqs, positions, dev), temp, top_k, top_p, seq_flags(seqs))
     return (tokens, _strict(logits, tokens, temp, seqs)) if strict else (tokens, logps)
 
 
-def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: str, strict: bool = False):
+def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int], sampler: KeyedSampler,
+                   strict: bool = False):
     """Keyed samples for consecutive positions of each sequence: logits (sum(counts), V) holds counts[i]
     rows for seqs[i] at positions num_generated + 0 .. counts[i] - 1 (a verify window). The same keys and
     parameters as sample_rows over the expanded rows, built with tensor ops instead of per-row lists."""
@@ -101,6 +103,5 @@ def sample_windows(seqs: list[Sequence], logits: torch.Tensor, counts: list[int]
     start = torch.cumsum(c, 0) - c
     pos = pp[:, 1] + torch.arange(pp.shape[0], device=dev) - start.repeat_interleave(c)
     temp, top_k, top_p = (t.repeat_interleave(c, 0) for t in row_params(seqs, dev))
-    tokens, logps = keyed_sample_hashed(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, sampler,
-                                        seq_flags(seqs))
+    tokens, logps = sampler(logits, position_hash(pp[:, 0], pos), temp, top_k, top_p, seq_flags(seqs))
     return (tokens, _strict(logits, tokens, temp, seqs)) if strict else (tokens, logps)

@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 
 from tailrl.engine.request import Request, SamplingParams
-from tailrl.engine.spec.cost import fit_affine
+from tailrl.perf.fit import fit_affine
 
 
 def _requests(b: int, c: int, new_tokens: int, vocab: int, seed: int):

@@ -37,9 +37,9 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
     import torch
 
     from tailrl.engine.sequence import Sequence
-    from tailrl.engine.spec.decoupled.stream import Stream, reconcile
-    from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
     from tailrl.model import load
+    from tailrl.speculative.decoupled.stream import Stream, reconcile
+    from tailrl.speculative.drafters.draft_model import DraftModelDrafter
 
     torch.set_num_threads(max(1, threads))
 
@@ -86,7 +86,7 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
 
 
 def main() -> None:
-    """`python -m tailrl.engine.spec.decoupled.worker ARGS_JSON` (started by decoupled/speculator.py)."""
+    """`python -m tailrl.speculative.decoupled.worker ARGS_JSON` (started by decoupled/speculator.py)."""
     a = json.loads(sys.argv[1])
     conn = Client(a.pop("address"), family="AF_UNIX", authkey=bytes.fromhex(a.pop("authkey")))
     try:

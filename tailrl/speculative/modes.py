@@ -1,6 +1,6 @@
-"""How the engine takes a decode step: engine.spec (method, mode) -> a DecodeStrategy (engine/strategy.py).
+"""engine.spec.mode -> a speculative DecodeStrategy (engine/strategy.py), by the SPEC_MODES registry
+(build.py builds the engine with it; method none is PlainDecode there):
 
-    method none   PlainDecode
     coupled       drafters and the exact check in the engine's own process (coupled/speculator.py)
     decoupled     a draft model in its own process on its own cores, pipelined (decoupled/speculator.py);
                   window and cores from the TGS model (Alg. 1) unless engine.spec.decoupled.window is set
@@ -11,16 +11,15 @@
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
-from tailrl.engine.spec.coupled.speculator import Speculator
-from tailrl.engine.spec.decoupled.speculator import DecoupledSpeculator
-from tailrl.engine.spec.decoupled.tgs import Plan, choose, load_tgs_profile, plan_decoupled
-from tailrl.engine.spec.profiling.tgs import profile_tgs
-from tailrl.engine.strategy import DecodeStrategy, PlainDecode
+from tailrl.engine.strategy import DecodeStrategy
 from tailrl.errors import UserError
 from tailrl.registry import Registry
+from tailrl.speculative.coupled.speculator import Speculator
+from tailrl.speculative.decoupled.speculator import DecoupledSpeculator, fixed_plan, spec_cores
+from tailrl.speculative.decoupled.tgs import choose, load_tgs_profile, plan_decoupled
+from tailrl.speculative.profiling.tgs import profile_tgs
 
 
 class ModeFactory(Protocol):
@@ -30,25 +29,17 @@ class ModeFactory(Protocol):
 SPEC_MODES: Registry[ModeFactory] = Registry("engine.spec.mode")
 
 
-def _resources(cfg) -> tuple[int, int]:
-    """(G, g_draft): the cores speculation may use, and the drafter's share."""
-    n = len(os.sched_getaffinity(0))
-    gd = max(1, cfg.decoupled.draft_cores)
-    gv = cfg.decoupled.verify_cores or max(1, n - gd)
-    return gd + gv, gd
-
-
 def _costs(engine, cfg):
     """(drafts, verifies, acceptance) from engine.spec.decoupled.profile, or a short profile now. Decoupled
     needs the costs of its drafting and verifying cores; auto also those of all cores (coupled and plain)."""
-    G, gd = _resources(cfg)
+    G, gd = spec_cores(cfg)
     dc = cfg.decoupled
     if dc.profile:
         prof = load_tgs_profile(dc.profile)
     else:
         # the decoupled split's D and V come from its own runtime profile; kernels only for all G cores
         # (coupled and plain, which auto compares against)
-        prof = profile_tgs(type(engine), engine.model, cfg.draft_model, [G] if cfg.mode == "auto" else [], batches=(1, 8, 32),
+        prof = profile_tgs(engine.model, cfg.draft_model, [G] if cfg.mode == "auto" else [], batches=(1, 8, 32),
                            windows=(1, 2, 4), reps=2, block_size=engine.config.block_size, decoupled=(gd, G - gd))
     need = {"drafts": {gd, G}, "verifies": {G - gd, G}} if cfg.mode == "auto" else {"drafts": {gd}, "verifies": {G - gd}}
     missing = [f"{k} for {g} core(s)" for k, gs in need.items() for g in sorted(gs) if g not in prof[k]]
@@ -70,10 +61,10 @@ def _decoupled(engine, cfg, plans=None) -> DecodeStrategy:
     if not cfg.draft_model:
         raise UserError("decoupled speculation drafts with a draft model: set --spec draft:PATH "
                         "(engine.spec.method=draft:PATH) or engine.spec.draft_model")
-    G, gd = _resources(cfg)
+    G, gd = spec_cores(cfg)
     B = engine.config.max_batch_size
     w = cfg.decoupled.window
-    fixed = Plan(mode="decoupled", g_draft=gd, g_verify=G - gd, w=w, batch=B, groups=1, tgs=0.0, throughput=0.0)
+    fixed = fixed_plan(cfg, B)
     if plans is None and w > 0:
         return DecoupledSpeculator(engine, cfg, fixed, None, None, cfg.alpha_prior)
     drafts, verifies, p = plans or _costs(engine, cfg)
@@ -88,14 +79,7 @@ def _decoupled(engine, cfg, plans=None) -> DecodeStrategy:
 def _auto(engine, cfg) -> DecodeStrategy:
     if not cfg.draft_model:
         return _coupled(engine, cfg)  # model-free drafters only: nothing to decouple
-    G, gd = _resources(cfg)
+    G, gd = spec_cores(cfg)
     drafts, verifies, p = _costs(engine, cfg)
     best = choose(engine.config.max_batch_size, G, drafts, verifies, p, [G - gd], cfg.k_max)["best"]
     return _decoupled(engine, cfg, (drafts, verifies, p)) if best.mode == "decoupled" else _coupled(engine, cfg)
-
-
-def build_strategy(engine, cfg) -> DecodeStrategy:
-    """The engine's DecodeStrategy for its engine.spec section (cfg: SpecConfig)."""
-    if cfg.method == "none":
-        return PlainDecode(engine)
-    return SPEC_MODES.get(cfg.mode)(engine, cfg)

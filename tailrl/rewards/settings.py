@@ -50,8 +50,8 @@ def check_settings(
 
 
 def load_functions(functions: Sequence[str]) -> list[Loaded]:
-    """Resolve every spec (see user.py) and run each function's `prepare()` hook once."""
-    resolved = [resolve(spec) for spec in functions]
+    """Resolve every ref (see user.py) and run each function's `prepare()` hook once."""
+    resolved = [resolve(ref) for ref in functions]
     names = [name for name, _ in resolved]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from tailrl.engine.sampling import to_host
-from tailrl.engine.spec.tree import accept_path, build_tree
+from tailrl.engine.sampling.rows import to_host
+from tailrl.speculative.tree import accept_path, build_tree
 
 
 def _row_mask(pending: int, tree) -> torch.Tensor:

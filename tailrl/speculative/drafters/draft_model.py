@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from tailrl.engine.kv_cache import PagedKVCache
 from tailrl.engine.runner import ModelRunner
-from tailrl.engine.sampling import sample_rows
+from tailrl.engine.sampling.keyed import SAMPLERS
+from tailrl.engine.sampling.rows import sample_rows
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.drafters.base import DRAFTERS
 from tailrl.errors import UserError
 from tailrl.model import load
+from tailrl.speculative.drafters.base import DRAFTERS
 
 
 class DraftModelDrafter:
@@ -25,7 +26,7 @@ class DraftModelDrafter:
         self.model = model
         self.cache = PagedKVCache(model, kv_cache_tokens, block_size)
         self.runner = ModelRunner(model, self.cache)
-        self.sampler = sampler  # engine.sampler: the target's keyed draws (tokens only; logprobs unused)
+        self.sampler = SAMPLERS.get(sampler)  # engine.sampler: the target's keyed draws (tokens only)
         self._ctx: dict[int, list[int]] = {}  # seq id -> tokens whose K/V is in the draft cache
 
     def _sync(self, seq: Sequence) -> int:

@@ -14,7 +14,7 @@ import statistics
 import time
 
 from tailrl.engine.probe import fake_seqs, time_forward
-from tailrl.engine.spec.coupled.ladder import ALPHAS, Ladder, simulate
+from tailrl.speculative.coupled.ladder import ALPHAS, Ladder, simulate
 
 
 def _time_drafter(drafter, b: int, k: int, vocab: int) -> float:

@@ -24,13 +24,15 @@ from pathlib import Path
 import torch
 
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
+from tailrl.engine.engine import Engine
 from tailrl.engine.probe import fake_seqs, time_forward
 from tailrl.engine.request import Request, SamplingParams
-from tailrl.engine.spec.cost import fit_affine
-from tailrl.engine.spec.decoupled.tgs import DraftCost, VerifyCost
-from tailrl.engine.spec.drafters.draft_model import DraftModelDrafter
 from tailrl.model import load
 from tailrl.model.loading import save_hf
+from tailrl.perf.fit import fit_affine
+from tailrl.speculative.decoupled.speculator import DecoupledSpeculator, fixed_plan
+from tailrl.speculative.decoupled.tgs import DraftCost, VerifyCost
+from tailrl.speculative.drafters.draft_model import DraftModelDrafter
 
 
 def fit_verify(points: list[tuple[int, int, float]]) -> VerifyCost:
@@ -62,13 +64,11 @@ def time_draft(drafter, b: int, vocab: int, k: int = 4, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 32, 64), windows=(1, 2, 4, 6),
+def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windows=(1, 2, 4, 6),
                 reps: int = 3, block_size: int = 16, progress=None, decoupled: tuple[int, int] | None = None,
                 requests=None) -> dict:
-    """Profile kernels at each thread count (coupled and plain decoding on those cores). make_engine:
-    (model, EngineConfig) -> Engine (the caller's engine class: this module builds engines but does not
-    import the engine, which profiles itself through it); target: the policy model; draft: a model or a
-    folder. decoupled=(g_draft, g_verify): the decoupled runtime's own D and V for that split replace the
+    """Profile kernels at each thread count (coupled and plain decoding on those cores). target: the policy
+    model; draft: a model or a folder. decoupled=(g_draft, g_verify): the decoupled runtime's own D and V for that split replace the
     kernel fits at those counts (profile_decoupled, on requests(b) when given).
     Returns {"drafts": {g: DraftCost}, "verifies": {g: VerifyCost}, "points": raw timings}."""
     draft_path = draft if isinstance(draft, (str, Path)) else None
@@ -79,7 +79,7 @@ def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 3
         draft, _ = load(str(draft), dtype=p.dtype, device=str(p.device), tokenizer=False)
     vocab = target.args.vocab_size
     kv = max(batches) * (24 + max(windows) + 8) * 2
-    engine = make_engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
+    engine = Engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
     drafter = DraftModelDrafter(draft.eval(), engine.config.sampler, kv, block_size)
     before = torch.get_num_threads()
     out = {"drafts": {}, "verifies": {}, "points": {}}
@@ -100,7 +100,7 @@ def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 3
         torch.set_num_threads(before)
     if decoupled is not None:
         gd, gv = decoupled
-        d, v, pts = profile_decoupled(make_engine, target, str(draft_path), gd, gv, tuple(b for b in batches if b > 1) or (8,),
+        d, v, pts = profile_decoupled(target, str(draft_path), gd, gv, tuple(b for b in batches if b > 1) or (8,),
                                       tuple(w for w in windows if w > 1) or (2,), block_size=block_size,
                                       requests=requests)
         out["drafts"][gd], out["verifies"][gv] = d, v
@@ -112,15 +112,17 @@ def profile_tgs(make_engine, target, draft, threads: list[int], batches=(1, 8, 3
     return out
 
 
-def _runtime_rounds(make_engine, target, draft_path: str, g_draft: int, g_verify: int, batches, windows,
+def _runtime_rounds(target, draft_path: str, g_draft: int, g_verify: int, batches, windows,
                     max_new: int, block_size: int, requests=None) -> list[tuple]:
     """Per-round logs of a decoupled engine decoding, at each batch b and window, requests(b) (default:
     b random prompts decoded for max_new tokens; the first round of each run, a warm-up, is dropped)."""
     vocab = target.args.vocab_size
     spec = SpecConfig(method="draft", draft_model=draft_path, mode="decoupled", gate=False,
                       decoupled=DecoupledSpecConfig(window=max(windows), draft_cores=g_draft, verify_cores=g_verify))
-    engine = make_engine(target, EngineConfig(kv_cache_tokens=max(batches) * (24 + max_new + 16) * 2,
-                                              block_size=block_size, max_batch_size=max(batches), spec=spec))
+    cfg = EngineConfig(kv_cache_tokens=max(batches) * (24 + max_new + 16) * 2, block_size=block_size,
+                       max_batch_size=max(batches), spec=spec)
+    engine = Engine(target, cfg, strategy=lambda e: DecoupledSpeculator(e, spec, fixed_plan(spec, cfg.max_batch_size),
+                                                                        acceptance=spec.alpha_prior))
     sp = engine.strategy
     rng = random.Random(0)
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=3, ignore_eos=True)
@@ -139,7 +141,7 @@ def _runtime_rounds(make_engine, target, draft_path: str, g_draft: int, g_verify
     return log
 
 
-def profile_decoupled(make_engine, target, draft_path: str, g_draft: int, g_verify: int, batches=(8, 32, 64),
+def profile_decoupled(target, draft_path: str, g_draft: int, g_verify: int, batches=(8, 32, 64),
                       windows=(2, 3, 4), max_new: int = 12, block_size: int = 16,
                       requests=None) -> tuple[DraftCost, VerifyCost, dict]:
     """D and V of the decoupled runtime itself (drafter process on g_draft cores, verifier on g_verify),
@@ -149,7 +151,7 @@ def profile_decoupled(make_engine, target, draft_path: str, g_draft: int, g_veri
     requests(b): b requests of the workload to profile on (their rounds cover the batch as it shrinks
     and the verify tokens the real acceptance gives). Without them: random prompts, and V measured with
     the target drafting for itself, so every round verifies exactly w tokens per request."""
-    rounds = _runtime_rounds(make_engine, target, draft_path, g_draft, g_verify, batches, windows if requests else windows[-1:],
+    rounds = _runtime_rounds(target, draft_path, g_draft, g_verify, batches, windows if requests else windows[-1:],
                              max_new, block_size, requests)
     if requests:
         vp = [(rows, n, v_s) for rows, n, v_s, *_ in rounds if rows]
@@ -157,6 +159,6 @@ def profile_decoupled(make_engine, target, draft_path: str, g_draft: int, g_veri
         with tempfile.TemporaryDirectory() as tmp:
             save_hf(target, tmp)
             vp = [(rows, n, v_s) for rows, n, v_s, *_ in
-                  _runtime_rounds(make_engine, target, tmp, g_draft, g_verify, batches, windows, max_new, block_size)]
+                  _runtime_rounds(target, tmp, g_draft, g_verify, batches, windows, max_new, block_size)]
     dp = [(float(d_rows), d_s / steps) for _, _, _, d_rows, steps, d_s in rounds if steps]
     return DraftCost(*fit_affine(dp)), fit_verify(vp), {"draft": dp, "verify": vp}

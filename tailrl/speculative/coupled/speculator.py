@@ -28,13 +28,13 @@ import statistics
 import time
 from collections import defaultdict, deque
 
-from tailrl.engine.keyed import uniform_from_hash
-from tailrl.engine.sampling import sample_hashes
-from tailrl.engine.spec.cost import ForwardCost, ThroughputGate
-from tailrl.engine.spec.coupled.ladder import Ladder
-from tailrl.engine.spec.coupled.verify import speculative_decode
-from tailrl.engine.spec.drafters import DRAFTERS, drafter_names
-from tailrl.engine.spec.window import expected_tokens, plan_windows
+from tailrl.engine.sampling.hashing import uniform_from_hash
+from tailrl.engine.sampling.rows import sample_hashes
+from tailrl.speculative.cost import ForwardCost, ThroughputGate
+from tailrl.speculative.coupled.ladder import Ladder
+from tailrl.speculative.coupled.verify import speculative_decode
+from tailrl.speculative.drafters import DRAFTERS, drafter_names
+from tailrl.speculative.window import expected_tokens, plan_windows
 
 
 class Speculator:

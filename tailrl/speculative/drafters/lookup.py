@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 
 from tailrl.engine.sequence import Sequence
-from tailrl.engine.spec.drafters.base import DRAFTERS
-from tailrl.engine.spec.drafters.ngram_index import NgramIndex
+from tailrl.speculative.drafters.base import DRAFTERS
+from tailrl.speculative.drafters.ngram_index import NgramIndex
 
 
 class PromptLookupDrafter:

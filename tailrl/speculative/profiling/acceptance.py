@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from tailrl.config import EngineConfig
-from tailrl.engine.keyed import keyed_sample
 from tailrl.engine.request import Rollout
+from tailrl.engine.sampling import keyed_sample
 
 
 def pack(rollouts: list[Rollout], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

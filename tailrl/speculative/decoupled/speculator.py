@@ -32,12 +32,27 @@ from multiprocessing.connection import Listener
 
 import torch
 
-from tailrl.engine.sampling import to_host
-from tailrl.engine.spec.cost import ThroughputGate
-from tailrl.engine.spec.decoupled.stream import Stream, merge, reconcile
-from tailrl.engine.spec.decoupled.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
-from tailrl.engine.spec.tree import accept_path, build_tree
+from tailrl.engine.sampling.rows import to_host
 from tailrl.errors import UserError
+from tailrl.speculative.cost import ThroughputGate
+from tailrl.speculative.decoupled.stream import Stream, merge, reconcile
+from tailrl.speculative.decoupled.tgs import DraftCost, Plan, VerifyCost, best_window, reconfigure
+from tailrl.speculative.tree import accept_path, build_tree
+
+
+def spec_cores(cfg) -> tuple[int, int]:
+    """(G, g_draft): the cores speculation may use, and the drafter's share (cfg: SpecConfig)."""
+    n = len(os.sched_getaffinity(0))
+    gd = max(1, cfg.decoupled.draft_cores)
+    gv = cfg.decoupled.verify_cores or max(1, n - gd)
+    return gd + gv, gd
+
+
+def fixed_plan(cfg, batch: int) -> Plan:
+    """The plan of a window fixed by engine.spec.decoupled.window (no TGS model, no re-planning)."""
+    G, gd = spec_cores(cfg)
+    return Plan(mode="decoupled", g_draft=gd, g_verify=G - gd, w=cfg.decoupled.window, batch=batch, groups=1,
+                tgs=0.0, throughput=0.0)
 
 
 class DecoupledSpeculator:
@@ -61,7 +76,7 @@ class DecoupledSpeculator:
                 "dtype": str(p.dtype).removeprefix("torch."), "device": cfg.decoupled.draft_device or str(p.device),
                 "threads": plan.g_draft, "cores": cores, "kv_tokens": cfg.draft_kv_tokens,
                 "block_size": engine.config.block_size, "sampler": engine.config.sampler}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.engine.spec.decoupled.worker", json.dumps(args)])
+        self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.speculative.decoupled.worker", json.dumps(args)])
         try:
             listener._listener._socket.settimeout(120)  # a drafter that dies before connecting: no hang
             self.conn = listener.accept()
