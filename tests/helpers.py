@@ -216,3 +216,27 @@ class PagedCase:
             q_lens=torch.tensor([r[2] for r in rows], dtype=torch.int32, device=DEVICE),
             block_size=self.block_size, scale=self.scale,
         )
+
+
+def sampling_params(B, T, g, top=False):
+    """(temperature, top_k, top_p) (B,) each at temperature T; top: top-k on every third row, top-p on every
+    other one (generator g)."""
+    temp = torch.full((B,), T)
+    top_k = torch.zeros(B, dtype=torch.long)
+    top_p = torch.ones(B)
+    if top:
+        top_k[1::3] = torch.randint(1, 50, (len(range(1, B, 3)),), generator=g)
+        top_p[::2] = 0.5 + 0.45 * torch.rand(len(range(0, B, 2)), generator=g)
+    return temp, top_k, top_p
+
+
+def lm_like_logits(B, V, g, scale=3.0):
+    """(B, V) random logits with a head of likely tokens, like an LM's (generator g)."""
+    x = torch.randn(B, V, generator=g) * scale
+    x[:, : V // 50] += 6  # a head of likely tokens, like an LM
+    return x
+
+
+def key_hashes(B, g):
+    """(B,) int64 random 32-bit key hashes (generator g)."""
+    return torch.randint(0, 2 ** 32, (B,), generator=g)

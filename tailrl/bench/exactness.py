@@ -1,18 +1,23 @@
 """`tailrl bench exactness`: how often the engine's tokens really are independent of how they were computed
-(issue "Strict exactness on GPU", item 1: measure first), for one engine.exact mode.
+for one engine.exact mode and one sampler (engine.sampler).
 
 The contract (ARCHITECTURE.md, Exactness) makes every token a function of its logits row and its key, so a
 rollout should not depend on batch composition, speculation, CUDA graphs or the TP layout; float reductions
-whose order depends on the row count can still move a logit and flip a near-tie. On one set of requests
-(random prompts x G samples, forced lengths, temperature 1, a random-weight model of a real shape):
+whose order depends on the row count can still move a logit and flip a near-tie. On one set of requests:
+random prompts x G samples with forced lengths on a random-weight model of a real shape (`shape`), or
+(`model`: a known name or a local folder) a real model's chat-formatted GSM8K-style questions x G samples
+at `temperature`, stopping at EOS (bench/exactness_prompts.py):
 
     reference     every request alone (engine.max_batch_size=1)
     batch B       all requests submitted at once, max_batch_size=B (16, 64, 256)
-    speculation   engine.spec.method=auto (history + ngram drafters), gate off, at the largest B: a cold
-                  rollout (random-weight outputs give the drafters almost nothing: verify forwards of
-                  mostly 1-token windows and Best-of-N trees of rejected drafts), then a warm one on the
-                  same engine, where the history drafter replays the first rollout of each sample and long
-                  drafts are verified and accepted
+    speculation   per method of `spec_methods`, gate off (every decode step verifies), at the largest B:
+                  auto (history + ngram), ngram, history, draft (a draft model: the policy's first
+                  `draft_layers` layers and its head, same tokenizer), bon (auto + the draft with Best-of-N
+                  trees), decoupled (the draft in its own process, window 3). History-fed methods run a cold
+                  rollout, then a warm one on the same engine, where the history drafter replays the first
+                  rollout of each sample (long drafts verified and accepted)
+    preemption    the largest B with a KV pool of a quarter of what it needs (`preempt`): sequences are
+                  preempted and recomputed
     graphs        engine.cuda_graphs true vs false at the largest B (CUDA only)
     TP            2 ranks over gloo (tailrl.parallel.tp_generate, CPU fp32) vs one process, largest B
 
@@ -23,7 +28,9 @@ largest batch's rollout logprobs are also compared with the trainer's forward of
 
 from __future__ import annotations
 
+import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -31,10 +38,12 @@ import torch
 from tailrl.bench.common import write_outputs
 from tailrl.bench.engine import model_of
 from tailrl.bench.engine_tail import engine_config, make_prompts, sync
+from tailrl.bench.exactness_prompts import chat_requests, read_questions, word_problems
 from tailrl.bench.exactness_stats import compare_runs, summary, token_deltas
 from tailrl.config import EngineConfig, TrainConfig
 from tailrl.engine import Engine, Request, Rollout, SamplingParams
-from tailrl.model import build_model, load_weights
+from tailrl.errors import UserError
+from tailrl.model import build_model, load, load_weights, save_hf
 from tailrl.model.weights import full_tensors
 from tailrl.parallel.dist import spawn
 from tailrl.parallel.layout import Layout
@@ -46,7 +55,18 @@ from tailrl.train.update import batch_logprobs
 
 GROUP = 8  # samples per prompt (a GRPO group): siblings share the prompt's prefill
 PROMPT_LEN = (16, 48)  # random prompt lengths, inclusive
-SPEC = {"spec.method": "auto", "spec.gate": False}  # gate off: speculate at every step, even where it costs
+# per speculation method: engine settings (gate off: speculate at every step, even where it costs) and whether
+# it is fed by history (a cold rollout, then a warm one on the same engine); {draft}: the draft model's folder
+SPEC_METHODS = {
+    "auto": ({"spec.method": "auto"}, True),
+    "ngram": ({"spec.method": "ngram"}, False),
+    "history": ({"spec.method": "history"}, True),
+    "draft": ({"spec.method": "draft", "spec.draft_model": "{draft}"}, False),
+    "bon": ({"spec.method": "auto", "spec.draft_model": "{draft}", "spec.coupled.best_of_n": True,
+             "spec.coupled.bon_spare": 50.0}, True),
+    "decoupled": ({"spec.method": "draft", "spec.draft_model": "{draft}", "spec.mode": "decoupled",
+                   "spec.decoupled.window": 3}, False),
+}
 TP_WORLD = 2
 def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group: int = GROUP) -> list[Request]:
     """ceil(sequences / group) random prompts with `group` samples each (the last one the remainder), every
@@ -56,18 +76,20 @@ def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group:
     return [Request(list(p), uid=i, n=min(group, sequences - i * group), params=params) for i, p in enumerate(prompts)]
 
 
-def timed_generate(engine: Engine, requests: list[Request], new_tokens: int, device: str) -> tuple[list, dict]:
-    """One rollout of `requests`: (rollouts sorted by (uid, sample index), cost and speculation counts)."""
+def timed_generate(engine: Engine, requests: list[Request], new_tokens: int | None, device: str) -> tuple[list, dict]:
+    """One rollout of `requests`: (rollouts sorted by (uid, sample index), cost and speculation counts).
+    new_tokens: the forced length every rollout must have (None: real lengths, EOS stops)."""
     sync(device)
     t0 = time.perf_counter()
     rollouts, trace = engine.generate(requests)
     sync(device)
     wall = time.perf_counter() - t0
     bad = [(r.uid, r.sample_index, r.num_tokens, r.finish_reason, r.error) for r in rollouts
-           if r.finish_reason != "length" or r.num_tokens != new_tokens]
+           if r.error or (new_tokens is not None and (r.finish_reason != "length" or r.num_tokens != new_tokens))]
     if bad:
-        raise RuntimeError(f"rollouts do not have the forced length {new_tokens}: {bad[:5]}")
-    info = {"max_batch_size": engine.config.max_batch_size, "wall_s": wall, "forwards": len(trace.steps)}
+        raise RuntimeError(f"rollouts failed or do not have the forced length {new_tokens}: {bad[:5]}")
+    info = {"max_batch_size": engine.config.max_batch_size, "wall_s": wall, "forwards": len(trace.steps),
+            "tokens": sum(r.num_tokens for r in rollouts), "preemptions": trace.preemptions}
     if engine.config.spec.method != "none":
         verify = [s for s in trace.steps if s.kind == "verify"]
         info |= {"verify_steps": len(verify),
@@ -90,14 +112,14 @@ def tp_unsupported(args) -> str | None:
     return None
 
 
-def trainer_logprobs(model, rollouts: list[Rollout]) -> list[list[float]]:
-    """The trainer's no-grad logprob forward of each rollout's tokens (temperature 1, the default
-    micro-batches and LM-head chunking), one list per rollout."""
+def trainer_logprobs(model, rollouts: list[Rollout], temperature: float = 1.0) -> list[list[float]]:
+    """The trainer's no-grad logprob forward of each rollout's tokens (at the rollouts' temperature, the
+    default micro-batches and LM-head chunking), one list per rollout."""
     device = str(next(model.parameters()).device)
     batch = make_train_batch([r.prompt_ids for r in rollouts], [r.token_ids for r in rollouts],
                              torch.zeros(len(rollouts)), device=device)
     tc = TrainConfig()
-    lp = batch_logprobs(model, batch, tc.micro_batch_size, 1.0, chunk_rows=tc.logprob_chunk_rows)
+    lp = batch_logprobs(model, batch, tc.micro_batch_size, temperature, chunk_rows=tc.logprob_chunk_rows)
     return [row[: r.num_tokens] for row, r in zip(lp.double().cpu().tolist(), rollouts)]
 
 
@@ -106,29 +128,62 @@ def _rows(rollouts: list[Rollout]) -> tuple[list, list, list]:
             [r.logprobs for r in rollouts])
 
 
+def layer_draft(model, layers: int, folder: str | Path) -> Path:
+    """A draft model for speculation made from the policy itself: its first `layers` decoder layers, final
+    norm and head (same tokenizer, a fraction of the cost), saved as a Hugging Face folder."""
+    if not 0 < layers < model.args.num_layers:
+        raise UserError(f"--draft-layers must be in [1, {model.args.num_layers - 1}], got {layers}")
+    p = next(model.parameters())
+    draft = build_model(replace(model.args, num_layers=layers), p.dtype, str(p.device))
+    load_weights(draft, [(n, t) for n, t in full_tensors(model)
+                         if not n.startswith("model.layers.") or int(n.split(".")[2]) < layers])
+    return save_hf(draft.eval(), folder)
+
+
+def _spec_settings(method: str, draft: Path | None) -> dict:
+    settings, _ = SPEC_METHODS[method]
+    return {"spec.gate": False, **{k: str(draft) if v == "{draft}" else v for k, v in settings.items()}}
+
+
 def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: int = 256,
                         shape: str | ModelShape = "small", device: str | None = None, dtype: str | None = None,
-                        exact: str = "fast", batches=(1, 16, 64, 256), spec: bool = True, tp: bool = True,
-                        engine_overrides: dict | None = None, seed: int = 0, progress=print) -> dict:
-    """Token identity of the same requests across batch sizes, speculation, CUDA graphs and TP layouts for
-    engine.exact=`exact`, and rollout vs trainer logprobs (module docstring). Returns the result dict
-    (also written to out_dir/result.json, with out_dir/summary.md)."""
+                        exact: str = "fast", batches=(1, 16, 64, 256), spec_methods=("auto",), tp: bool = True,
+                        engine_overrides: dict | None = None, seed: int = 0, progress=print, model: str | None = None,
+                        prompts: str | None = None, temperature: float = 1.0, preempt: bool = False,
+                        draft_layers: int = 4) -> dict:
+    """Token identity of the same requests across batch sizes, speculation, preemption, CUDA graphs and TP
+    layouts for engine.exact=`exact`, and rollout vs trainer logprobs (module docstring). Returns the result
+    dict (also written to out_dir/result.json, with out_dir/summary.md)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.startswith("cuda")
     dt = getattr(torch, dtype or ("bfloat16" if cuda else "float32"))
     overrides = dict(engine_overrides or {})
-    model = model_of(shape, dt, device, PROMPT_LEN[1] + new_tokens + 64, seed)
-    requests = make_requests(sequences, new_tokens, model.args.vocab_size, seed)
+    unknown = [m for m in spec_methods if m not in SPEC_METHODS]
+    if unknown:
+        raise UserError(f"unknown speculation method(s) {', '.join(unknown)}; valid: {', '.join(SPEC_METHODS)}")
+    if model is not None:  # a real model: chat-formatted questions, real lengths
+        policy, tok = load(model, dtype=dt, device=device)
+        n_q = -(-sequences // GROUP)
+        questions = read_questions(prompts, n_q) if prompts else word_problems(n_q, seed)
+        requests = chat_requests(tok, questions, sequences, GROUP, new_tokens, temperature, seed)
+        forced = None
+    else:
+        policy = model_of(shape, dt, device, PROMPT_LEN[1] + new_tokens + 64, seed)
+        requests = make_requests(sequences, new_tokens, policy.args.vocab_size, seed)
+        forced = new_tokens
+    tmp = tempfile.TemporaryDirectory()
+    draft = (layer_draft(policy, draft_layers, Path(tmp.name) / "draft")
+             if {"draft", "bon", "decoupled"} & set(spec_methods) else None)
     big = max(batches)
     plain = {"spec.method": "none"}  # every run but the speculative ones decodes plainly, whatever the overrides
     runs, outs, comparisons, notes = {}, {}, [], []
     t_start = time.perf_counter()
 
-    def build(b: int, settings: dict, on=model) -> Engine:
+    def build(b: int, settings: dict, on=policy) -> Engine:
         return build_engine(on, None, engine_config(overrides, {"max_batch_size": b, "exact": exact, **settings}))
 
     def run(name: str, engine: Engine, close: bool = True) -> None:
-        outs[name], runs[name] = timed_generate(engine, requests, new_tokens, device)
+        outs[name], runs[name] = timed_generate(engine, requests, forced, device)
         if close:
             engine.close()
         progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
@@ -148,20 +203,31 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
             if b > 1:
                 compare(name_of(b), name_of(1))
     ref, twin = name_of(1), name_of(big)
-    if spec:
-        engine = build(big, SPEC)
-        cold, warm = f"spec cold, B={big}", f"spec warm, B={big}"
+    for method in spec_methods:
+        engine = build(big, _spec_settings(method, draft))
+        label = "spec" if tuple(spec_methods) == ("auto",) else f"spec {method}"
+        names = [f"{label} cold, B={big}", f"{label} warm, B={big}"] if SPEC_METHODS[method][1] else [f"{label}, B={big}"]
         with torch.inference_mode():
-            run(cold, engine, close=False)
-            run(warm, engine)  # the history drafter now holds the cold rollout of every prompt
-        for name in (cold, warm):
+            for i, name in enumerate(names):
+                run(name, engine, close=i == len(names) - 1)  # warm: the history drafter holds the cold rollout
+        for name in names:
             compare(name, ref)
             if twin != ref:
                 compare(name, twin)
-        notes.append(f"Speculation: engine.spec.method=auto (history + ngram drafters, coupled), "
-                     f"engine.spec.gate=false (every decode step is a verify forward), max_batch_size={big}; "
-                     "'warm' is a second rollout on the same engine, whose history drafter proposes the "
-                     "first rollout's continuation of each sample (long drafts, verified and accepted).")
+    if spec_methods:
+        notes.append(f"Speculation ({', '.join(spec_methods)}): engine.spec.gate=false (every decode step is a "
+                     f"verify forward), max_batch_size={big}; 'warm' is a second rollout on the same engine, whose "
+                     "history drafter proposes the first rollout's continuation of each sample."
+                     + (f" The draft model is the policy's first {draft_layers} layers with its head." if draft else ""))
+    if preempt:
+        need = sum(len(r.prompt_ids) + new_tokens for r in requests for _ in range(r.n))
+        kv = max(new_tokens + 64, need // 4)
+        name = f"preemption, B={big}"
+        with torch.inference_mode():
+            run(name, build(big, {**plain, "kv_cache_tokens": kv}))
+        compare(name, ref)
+        notes.append(f"Preemption: max_batch_size={big} with a KV pool of {kv} tokens (a quarter of the "
+                     f"{need} the requests need): {runs[name]['preemptions']} preemptions.")
     if cuda and overrides.get("attention", "auto") != "torch":
         with torch.inference_mode():
             for name, graphs in ((f"cuda graphs, B={big}", True), (f"eager, B={big}", False)):
@@ -171,20 +237,20 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
     else:
         why = "no CUDA device" if not cuda else "engine.attention=torch has no graphs"
         comparisons.append({"run": "cuda graphs", "vs": "eager", "not_measured": why})
-    why = tp_unsupported(model.args) if tp else "tp=False"
+    why = tp_unsupported(policy.args) if tp else "tp=False"
     if why is None:
-        tensors = [(n, t.detach().to("cpu", torch.float32).clone()) for n, t in full_tensors(model)]
+        tensors = [(n, t.detach().to("cpu", torch.float32).clone()) for n, t in full_tensors(policy)]
         tp1 = twin
         if cuda or dt != torch.float32:  # the TP path runs on the CPU in fp32: its TP1 twin must too
             tp1 = f"one process (CPU fp32), B={big}"
-            cpu = build_model(model.args, torch.float32, "cpu")
+            cpu = build_model(policy.args, torch.float32, "cpu")
             load_weights(cpu, tensors)
             with torch.inference_mode():
                 run(tp1, build(big, plain, on=cpu.eval()))
         name = f"TP{TP_WORLD} (gloo, CPU fp32), B={big}"
         cfg = engine_config(overrides, {"max_batch_size": big, "exact": exact, **plain})
         t0 = time.perf_counter()
-        outs[name] = spawn(_tp_rank, TP_WORLD, model.args, tensors, requests, cfg)[0]
+        outs[name] = spawn(_tp_rank, TP_WORLD, policy.args, tensors, requests, cfg)[0]
         runs[name] = {"max_batch_size": big, "wall_s": time.perf_counter() - t0}
         progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
         compare(name, tp1)
@@ -197,7 +263,7 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
     # the trainer's forward of the largest batch's tokens (what training would see), and of the reference's
     # tokens where they are the same sequences
     t0 = time.perf_counter()
-    trained = trainer_logprobs(model, outs[twin])
+    trained = trainer_logprobs(policy, outs[twin], temperature)
     trainer = [{"run": f"engine {twin} vs trainer", **token_deltas([r.logprobs for r in outs[twin]], trained)}]
     if twin != ref:
         same = [i for i, (a, b) in enumerate(zip(outs[ref], outs[twin])) if a.token_ids == b.token_ids]
@@ -205,13 +271,20 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
                         **token_deltas([outs[ref][i].logprobs for i in same], [trained[i] for i in same])})
     progress(f"trainer forward: {time.perf_counter() - t0:.1f} s")
     cfg = engine_config(overrides, {"exact": exact})
-    notes.append(f"Model: random N(0, 0.02) weights of the '{shape if isinstance(shape, str) else shape.name}' "
-                 f"shape ({model.args.num_layers} layers, hidden {model.args.hidden_size}, vocab "
-                 f"{model.args.vocab_size}); engine.attention={cfg.attention}, engine overrides {overrides or 'none'}; "
-                 f"{time.perf_counter() - t_start:.0f} s in all.")
-    res = {"settings": {"exact": exact, "shape": shape if isinstance(shape, str) else shape.name, "device": device,
+    what = (f"{model} (real weights), {len(requests)} chat-formatted "
+            f"{'questions of ' + str(prompts) if prompts else 'generated GSM8K-style word problems'} x {GROUP} "
+            f"samples at temperature {temperature}, up to {new_tokens} tokens (EOS stops; "
+            f"{runs[ref]['tokens']} tokens in the reference)" if model is not None else
+            f"random N(0, 0.02) weights of the '{shape if isinstance(shape, str) else shape.name}' shape")
+    notes.append(f"Model: {what} ({policy.args.num_layers} layers, hidden {policy.args.hidden_size}, vocab "
+                 f"{policy.args.vocab_size}); engine.attention={cfg.attention}, engine.sampler={cfg.sampler}, engine "
+                 f"overrides {overrides or 'none'}; {time.perf_counter() - t_start:.0f} s in all.")
+    tmp.cleanup()
+    res = {"settings": {"exact": exact, "shape": model or (shape if isinstance(shape, str) else shape.name),
+                        "temperature": temperature, "device": device,
                         "dtype": str(dt).removeprefix("torch."), "sequences": sequences, "new_tokens": new_tokens,
-                        "prompts": len(requests), "group": GROUP, "batches": sorted({1, *batches}), "spec": spec,
+                        "prompts": len(requests), "group": GROUP, "batches": sorted({1, *batches}),
+                        "spec": list(spec_methods), "preempt": preempt,
                         "tp": tp, "sampler": cfg.sampler, "seed": seed, "engine_overrides": overrides},
            "torch": torch.__version__, "gpu": torch.cuda.get_device_name(device) if cuda else None,
            "comparisons": comparisons, "trainer": trainer, "runs": runs, "notes": notes}

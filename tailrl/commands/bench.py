@@ -110,13 +110,25 @@ def add(sub) -> None:
     q.set_defaults(run=exactness)
     q.add_argument("--exact", default="fast", choices=["fast", "strict"], help="engine.exact of every run")
     q.add_argument("--sequences", type=int, default=1000, help="sequences (prompts x 8 samples)")
-    q.add_argument("--new-tokens", type=int, default=256, help="tokens generated per sequence (forced)")
+    q.add_argument("--new-tokens", type=int, default=256, help="tokens generated per sequence (forced with "
+                   "--shape; the most with --model, where EOS stops)")
     q.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256],
                    help="max_batch_size of the batched runs (the reference is batch 1)")
     q.add_argument("--shape", default="small", help="model shape with random weights: small (4 layers, hidden "
                    "256), tiny (2 layers, hidden 64, vocab 512: for --exact strict on a CPU, where the kernels run "
                    "under the Triton interpreter) or smollm2-135m / qwen2.5-0.5b / qwen2.5-1.5b")
-    q.add_argument("--no-spec", action="store_true", help="skip the speculative runs")
+    q.add_argument("--model", default=None, help="a real model instead of --shape: a known name "
+                   "(smollm2-135m-instruct) or a local Hugging Face folder; its chat template formats the questions")
+    q.add_argument("--prompts", default=None, help="with --model: JSONL of questions (a 'question' or 'prompt' "
+                   "field, e.g. GSM8K's test.jsonl; default: generated GSM8K-style word problems)")
+    q.add_argument("--temperature", type=float, default=1.0, help="with --model: sampling temperature")
+    q.add_argument("--spec-methods", nargs="*", default=["auto"],
+                   help="speculative runs at the largest batch: auto ngram history draft bon decoupled (none: no "
+                   "speculation); draft, bon and decoupled draft with the policy's first --draft-layers layers")
+    q.add_argument("--draft-layers", type=int, default=4, help="layers of the draft made from the policy")
+    q.add_argument("--preempt", action="store_true", help="also a run at the largest batch whose KV pool holds a "
+                   "quarter of what it needs (preemption and recompute)")
+    q.add_argument("--no-spec", action="store_true", help="skip the speculative runs (--spec-methods with none)")
     q.add_argument("--no-tp", action="store_true", help="skip the TP2 run (2 gloo ranks on the CPU)")
     q.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
     q.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, float32 on CPU")
@@ -269,7 +281,10 @@ def exactness(a) -> int:
     overrides = _engine_overrides(a.engine)
     if "exact" in overrides or "max_batch_size" in overrides:
         raise UserError("--engine exact / max_batch_size: use --exact and --batches")
+    if a.prompts and not a.model:
+        raise UserError("--prompts needs --model (random-weight shapes decode random prompts)")
     run_exactness_bench(a.out_dir, a.sequences, a.new_tokens, a.shape, a.device, a.dtype, a.exact, a.batches,
-                        not a.no_spec, not a.no_tp, overrides, a.seed)
+                        () if a.no_spec else tuple(a.spec_methods), not a.no_tp, overrides, a.seed, model=a.model,
+                        prompts=a.prompts, temperature=a.temperature, preempt=a.preempt, draft_layers=a.draft_layers)
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0

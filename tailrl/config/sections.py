@@ -92,8 +92,9 @@ class EngineConfig(Section):
     block_size: int = opt(16, "tokens per KV block")
     max_model_len: int = opt(0, "context limit, prompt + completion (0: the model's max positions)")
     max_prefill_tokens: int = opt(8192, "tokens per prefill forward (admission budget)")
-    sampler: str = opt("blocked", "keyed sampler (tailrl/engine/sampling): blocked (inverse CDF in fp32 by blocks, "
-                       "no host sync) | inverse_cdf (float64 over the vocabulary) | gumbel",
+    sampler: str = opt("gumbel", "keyed sampler (tailrl/engine/sampling): gumbel (keyed Gumbel-max race: robust to "
+                       "small logit differences between forwards) | blocked (inverse CDF in fp32 by blocks) | "
+                       "inverse_cdf (float64 over the vocabulary)",
                        choices="tailrl.engine.sampling.keyed:SAMPLERS")
     exact: str = opt("fast", "fast (stock kernels: tokens may depend on batch composition where float reductions "
                      "do) | strict (batch-invariant kernels on every reduction of the token path, in the engine "

@@ -40,6 +40,7 @@ _EXPORTS = {
     "matmul_invariant": "matmul",
     "log_softmax_invariant": "softmax",
     "token_logprobs_invariant": "softmax",
+    "gumbel_argmax": "gumbel",
 }
 
 __all__ = ["HAS_TRITON", "require_triton", *_EXPORTS]

@@ -68,7 +68,7 @@ def test_requests_and_engine_config():
 
 
 def test_tiny_run_fills_every_comparison(tmp_path):
-    res = run_exactness_bench(tmp_path, sequences=8, new_tokens=12, shape=TINY, batches=(1, 4), spec=True,
+    res = run_exactness_bench(tmp_path, sequences=8, new_tokens=12, shape=TINY, batches=(1, 4), spec_methods=("auto",),
                               tp=False, progress=lambda *_: None)
     rows = {(c["run"], c["vs"]): c for c in res["comparisons"]}
     assert set(rows) == {("batch 4", "alone (B=1)"), ("spec cold, B=4", "alone (B=1)"),
@@ -101,7 +101,7 @@ def test_summary_shows_divergences():
 
 @pytest.mark.slow
 def test_tiny_run_over_two_tp_ranks(tmp_path):
-    res = run_exactness_bench(tmp_path, sequences=4, new_tokens=6, shape=TINY, batches=(1, 4), spec=False,
+    res = run_exactness_bench(tmp_path, sequences=4, new_tokens=6, shape=TINY, batches=(1, 4), spec_methods=(),
                               tp=True, progress=lambda *_: None)
     tp = [c for c in res["comparisons"] if c["run"].startswith("TP2")]
     assert [c["vs"] for c in tp] == ["batch 4", "alone (B=1)"]

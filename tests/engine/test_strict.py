@@ -59,7 +59,7 @@ def test_strict_engine_logprobs_equal_the_trainer_forward(model, batched, chunk_
 def test_a_strict_training_step_has_no_mismatch(tiny_model_dir, arith_data, tmp_path):
     cfg = load_config(None, base_overrides(tiny_model_dir, arith_data, tmp_path, **{
         "engine.exact": "strict", "train.total_steps": 1, "rollout.max_new_tokens": 4, "train.tensorboard": "false",
-        "train.rollout_batch_size": 4, "rollout.group_size": 2}))
+        "train.rollout_batch_size": 8, "rollout.group_size": 4}))
     t = Trainer(cfg, tmp_path)
     before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
     (m,) = t.fit()

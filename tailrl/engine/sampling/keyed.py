@@ -3,11 +3,16 @@
 layout or speculation. The samplers are entries of the SAMPLERS registry (engine.sampler), each a
 KeyedSampler over logits and key hashes (sampling/hashing.py):
 
-- blocked (the default; sampling/blocked.py): the inverse CDF at one keyed uniform in fp32 blocks and
-  exact integers, with its own radix-select top-k / top-p cut: no sort, no float64, no host sync.
+- gumbel (the default; sampling/gumbel.py): argmax of logit / T + keyed Gumbel noise per (key, token),
+  pruned to the tokens that can win (a Triton kernel on CUDA); robust to small logit differences.
+- blocked (sampling/blocked.py): the inverse CDF at one keyed uniform in fp32 blocks and exact integers,
+  with its own radix-select top-k / top-p cut: no sort, no float64, no host sync.
 - inverse_cdf: one keyed uniform per position; token = first index whose cumulative probability
   exceeds u (a float64 cumsum over the whole vocabulary).
-- gumbel: argmax(log p + Gumbel(key, token)); V random numbers per token.
+
+gumbel and blocked keep the same tokens under top-k / top-p and return the same logprob; an inverse-CDF
+draw flips where its uniform falls within the logits' error of any CDF boundary, a Gumbel race only where
+the two best perturbed scores are that close (docs/results.md: the identity rates on a real model).
 
 All draw from exactly softmax(processed logits). Greedy (temperature 0) is argmax for all. The logprob
 returned is that of the sampled token under softmax(logits / T), the temperature-scaled policy the trainer
@@ -16,25 +21,36 @@ recomputes (before top-k / top-p).
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 
 from tailrl.engine.sampling.blocked import keyed_blocked
+from tailrl.engine.sampling.gumbel import keyed_gumbel
 from tailrl.engine.sampling.hashing import hash_keys, uniform_from_hash
 from tailrl.engine.sampling.processing import Flags, filtered, read_flags, scaled
+from tailrl.engine.sampling.votes import gumbel_vote, inverse_cdf_vote
 from tailrl.registry import Registry
 
 
-class KeyedSampler(Protocol):
-    def __call__(self, logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                 top_p: torch.Tensor, flags: Flags) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits (B, V); h (B,) int64 key hashes; temperature / top_p (B,) float; top_k (B,) int (0 = off);
-        flags from host-side parameters (processing.host_flags). -> (tokens (B,) int64, logprobs (B,))."""
+@dataclass(frozen=True)
+class KeyedSampler:
+    """A SAMPLERS entry: called as sample(logits, h, temperature, top_k, top_p, flags) with logits (B, V), h (B,)
+    int64 key hashes, temperature / top_p (B,) float, top_k (B,) int (0 = off) and flags from host-side
+    parameters (processing.host_flags) -> (tokens (B,) int64, logprobs (B,)). vote(counts, h): the same
+    sampler's draw from a small explicit distribution at key hash h (sampling/votes.py), for drafters."""
+
+    sample: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    vote: Callable[[Mapping[int, int], int], int]
+
+    def __call__(self, logits, h, temperature, top_k, top_p, flags):
+        return self.sample(logits, h, temperature, top_k, top_p, flags)
 
 
 SAMPLERS: Registry[KeyedSampler] = Registry("engine.sampler")
-SAMPLERS.add("blocked", keyed_blocked)
+SAMPLERS.add("gumbel", KeyedSampler(keyed_gumbel, gumbel_vote))
+SAMPLERS.add("blocked", KeyedSampler(keyed_blocked, inverse_cdf_vote))  # blocked draws at inverse_cdf's uniform
 
 
 def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -44,14 +60,6 @@ def sample_inverse_cdf(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     target = (u * cdf[:, -1]).unsqueeze(-1)
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     return idx.clamp_(max=logp.shape[-1] - 1)
-
-
-def sample_gumbel(logp: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """logp: (B, V); h: (B,) -> (B,) int64 argmax of logp + keyed Gumbel noise (one number per token)."""
-    tok = torch.arange(logp.shape[-1], device=logp.device, dtype=torch.int64)
-    u = uniform_from_hash(h.unsqueeze(-1), tok.unsqueeze(0))  # (B, V)
-    g = -torch.log(-torch.log(u))
-    return (logp.double() + g).argmax(-1)
 
 
 def _on_processed(draw):
@@ -72,8 +80,7 @@ def _on_processed(draw):
     return sampler
 
 
-SAMPLERS.add("inverse_cdf", _on_processed(sample_inverse_cdf))
-SAMPLERS.add("gumbel", _on_processed(sample_gumbel))
+SAMPLERS.add("inverse_cdf", KeyedSampler(_on_processed(sample_inverse_cdf), inverse_cdf_vote))
 
 
 def keyed_sample(logits: torch.Tensor, keys: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,

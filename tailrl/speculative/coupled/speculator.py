@@ -27,8 +27,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict, deque
+from functools import partial
 
-from tailrl.engine.sampling.hashing import uniform_from_hash
 from tailrl.engine.sampling.rows import sample_hashes
 from tailrl.speculative.cost import ForwardCost, ThroughputGate
 from tailrl.speculative.coupled.ladder import Ladder
@@ -157,8 +157,8 @@ class Speculator:
     def _propose(self, seqs, by_name: dict[str, list[int]], ks: list[int], cands) -> None:
         for name, idx in by_name.items():
             t = time.perf_counter()
-            u = self._uniforms([seqs[i] for i in idx], max(ks[i] for i in idx))
-            props = self.drafters[name].propose([seqs[i] for i in idx], [ks[i] for i in idx], u)
+            draws = self._draws([seqs[i] for i in idx], max(ks[i] for i in idx))
+            props = self.drafters[name].propose([seqs[i] for i in idx], [ks[i] for i in idx], draws)
             dt = time.perf_counter() - t
             self.last_draft_s += dt
             # seconds per proposed token (misses cost too); the median of recent calls, so one-time costs
@@ -173,16 +173,15 @@ class Speculator:
                     cands[i].append((name, p))
                     self.counters[f"proposed/{name}"] += len(p)
 
-    def _uniforms(self, seqs, k: int) -> list[list[float]] | None:
-        """The target's keyed uniforms for each sequence's next k positions (inverse-CDF sampler, T > 0);
-        None when the target decodes greedily or samples otherwise."""
-        # blocked draws its token at the same uniform as inverse_cdf
-        if self.engine.config.sampler not in ("inverse_cdf", "blocked") or any(
-                s.request.params.temperature <= 0 for s in seqs):
+    def _draws(self, seqs, k: int) -> list[list] | None:
+        """How the target draws each sequence's next k positions from a small distribution: its sampler's
+        vote at each position's key (engine/sampling/votes.py); None when some sequence decodes greedily."""
+        if any(s.request.params.temperature <= 0 for s in seqs):
             return None
         rows = [s for s in seqs for _ in range(k)]
-        u = uniform_from_hash(sample_hashes(rows, [s.num_generated + j for s in seqs for j in range(k)])).tolist()
-        return [u[i * k:(i + 1) * k] for i in range(len(seqs))]
+        h = sample_hashes(rows, [s.num_generated + j for s in seqs for j in range(k)]).tolist()
+        vote = self.engine.sampler.vote
+        return [[partial(vote, h=x) for x in h[i * k:(i + 1) * k]] for i in range(len(seqs))]
 
     def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:
         planned = base + sum(len(c[0][1]) for c in cands if c)

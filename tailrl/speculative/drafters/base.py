@@ -7,6 +7,7 @@ engine.spec.method uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from tailrl.engine.sequence import Sequence
@@ -16,10 +17,11 @@ from tailrl.registry import Registry
 class Drafter(Protocol):
     name: str
 
-    def propose(self, seqs: list[Sequence], ks: list[int], uniforms: list[list[float]] | None = None
+    def propose(self, seqs: list[Sequence], ks: list[int], draws: list[list[Callable]] | None = None
                 ) -> list[list[int]]:
-        """Batched: one proposal (<= ks[i] tokens) per seq; uniforms[i][j] is the target's keyed uniform for
-        seq i's j-th drafted position (None: greedy decoding), for drafters that sample."""
+        """Batched: one proposal (<= ks[i] tokens) per seq; draws[i][j] is how the target draws seq i's j-th
+        drafted position from a small distribution (counts -> token, at that position's key; None: greedy
+        decoding), for drafters that sample from counts."""
 
     def release(self, seq: Sequence) -> None:
         """seq finished or failed: drop its state."""

@@ -44,8 +44,8 @@ class DraftModelDrafter:
             self.cache.truncate(seq.seq_id, n)
         return n
 
-    def propose(self, seqs: list[Sequence], ks: list[int], uniforms=None) -> list[list[int]]:
-        """Keyed draws of the draft model (it computes the keys itself; `uniforms` is not needed)."""
+    def propose(self, seqs: list[Sequence], ks: list[int], draws=None) -> list[list[int]]:
+        """Keyed draws of the draft model (it computes the keys itself; `draws` are not needed)."""
         drafts: list[list[int]] = [[] for _ in seqs]
         feed: dict[int, list[int]] = {}
         for i, (s, k) in enumerate(zip(seqs, ks)):

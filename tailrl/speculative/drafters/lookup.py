@@ -19,7 +19,7 @@ class PromptLookupDrafter:
         self.min_n, self.max_n = min_n, max_n
         self._index: dict[int, NgramIndex] = {}
 
-    def propose(self, seqs: list[Sequence], ks: list[int], uniforms=None) -> list[list[int]]:
+    def propose(self, seqs: list[Sequence], ks: list[int], draws=None) -> list[list[int]]:
         out = []
         for i, (s, k) in enumerate(zip(seqs, ks)):
             idx = self._index.get(s.seq_id)
@@ -27,7 +27,7 @@ class PromptLookupDrafter:
                 idx = self._index[s.seq_id] = NgramIndex(self.min_n, self.max_n)
                 idx.add(s.tokens)
             idx.refresh()
-            out.append(idx.propose(s.tokens[-self.max_n:], k, uniforms[i] if uniforms else None))
+            out.append(idx.propose(s.tokens[-self.max_n:], k, draws[i] if draws else None))
         return out
 
     def release(self, seq: Sequence) -> None:
@@ -76,12 +76,12 @@ class HistoryDrafter:
             pool.add(seq.tokens)  # live: the index picks up its new tokens on refresh
         return pool
 
-    def propose(self, seqs: list[Sequence], ks: list[int], uniforms=None) -> list[list[int]]:
+    def propose(self, seqs: list[Sequence], ks: list[int], draws=None) -> list[list[int]]:
         out = []
         for i, (s, k) in enumerate(zip(seqs, ks)):
             pool = self._pool(s)
             pool.refresh()
-            u = uniforms[i] if uniforms else None
+            u = draws[i] if draws else None
             suffix = s.tokens[-self.max_n:]
             found = pool.propose(suffix, k, u)
             if not found:

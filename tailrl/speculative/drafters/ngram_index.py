@@ -2,17 +2,20 @@
 
 Sources are token lists that may keep growing (a live sibling rollout, the sequence itself); `refresh`
 indexes only their new tokens, so keeping the index current costs O(new tokens x n-gram sizes).
-`propose(suffix, k, uniforms)` looks up the longest n-gram (max_n down to min_n) ending the suffix and
+`propose(suffix, k, draws)` looks up the longest n-gram (max_n down to min_n) ending the suffix and
 returns up to k continuation tokens, chosen position by position among the matches still consistent
-with the tokens chosen so far: with `uniforms` (the target's keyed uniform for each drafted position)
-by the same inverse-CDF rule the target samples with, applied to the matches' empirical next-token
-distribution — so wherever that distribution is close to the policy's, the draft *is* the policy's
+with the tokens chosen so far: with `draws` (per drafted position, the target sampler's draw from a small
+distribution at that position's key: engine/sampling/votes.py) applied to the matches' empirical
+next-token counts — so wherever that distribution is close to the policy's, the draft *is* the policy's
 sample; without (greedy decoding), by majority vote.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+
+Draw = Callable[[Counter], int]  # next-token counts -> the token the target's sampler draws from them
 
 
 class NgramIndex:
@@ -41,7 +44,7 @@ class NgramIndex:
                         del hits[: len(hits) - self.max_hits]
             self._done[s] = len(toks)
 
-    def propose(self, suffix: list[int], k: int, uniforms: list[float] | None = None) -> list[int]:
+    def propose(self, suffix: list[int], k: int, draws: list[Draw] | None = None) -> list[int]:
         """Up to k tokens continuing `suffix` (matches with no continuation yet, e.g. the suffix's own
         occurrence at the end of a source, are skipped)."""
         if k <= 0:
@@ -50,33 +53,21 @@ class NgramIndex:
             hits = [(s, e) for s, e in self._index.get(tuple(suffix[-n:]), ())[-self.max_hits:]
                     if e < len(self.sources[s])]
             if hits:
-                return self._draw(hits, k, uniforms)
+                return self._draw(hits, k, draws)
         return []
 
-    def _draw(self, hits: list[tuple[int, int]], k: int, uniforms: list[float] | None) -> list[int]:
+    def _draw(self, hits: list[tuple[int, int]], k: int, draws: list[Draw] | None) -> list[int]:
         out: list[int] = []
         live = hits
         for i in range(k):
             votes = Counter(self.sources[s][e + i] for s, e in live if e + i < len(self.sources[s]))
             if not votes:
                 break
-            if uniforms is None:
+            if draws is None:
                 tok = max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0]  # majority, ties to the lower id
             else:
-                tok = inverse_cdf(votes, uniforms[i])
+                tok = draws[i](votes)
             out.append(tok)
             live = [(s, e) for s, e in live if e + i < len(self.sources[s]) and self.sources[s][e + i] == tok]
         return out
 
-
-def inverse_cdf(counts: Counter, u: float) -> int:
-    """The token whose cumulative share (tokens in id order, as the target's sampler orders the
-    vocabulary) first exceeds u."""
-    total = sum(counts.values())
-    acc = 0
-    items = sorted(counts.items())
-    for tok, c in items:
-        acc += c
-        if acc > u * total:
-            return tok
-    return items[-1][0]

@@ -1,0 +1,178 @@
+"""The `gumbel` keyed sampler (the default): token = argmax over the kept tokens of logit / T + g(key, token),
+with g the keyed Gumbel noise of kernels/gumbel_noise.py (a pure function of (seed, uid, sample, position,
+token id)).
+
+Why Gumbel-max: an inverse-CDF sampler (blocked, inverse_cdf) flips a token whenever its uniform falls
+within the logits' error of any of the V CDF boundaries, so on a real model's long flat tail a 1e-5
+difference between two forwards (batch size, speculation) changes a few percent of sequences; a Gumbel race
+flips only when the two best perturbed scores are within the logits' error of each other.
+
+Three implementations of one race, the same tokens bitwise:
+- sample_gumbel_race: the oracle (tests): noise for every token, argmax.
+- sample_gumbel_fast: noise only for the groups and tokens that can still win (CPU: data-dependent
+  shapes, host syncs); the sampler on the CPU.
+- the Triton kernel (kernels/gumbel.py): one pass per row with the same pruning in a fixed grid; the
+  sampler on CUDA (graph-capturable).
+All keep exactly the tokens `blocked` keeps under top-k / top-p (its _nucleus_floor over its weights) and
+return blocked's logprob (log softmax(logits / T) at the token, from the same weights and integer mass), so
+the two samplers differ only in which token the randomness picks. Drafters sampling with the same sampler
+(the draft model) draw with the same keyed noise: a shared-Gumbel coupling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tailrl import kernels
+from tailrl.engine.sampling.blocked import FIX_BITS, _block_masses, _nucleus_floor, _weights, block_size
+from tailrl.engine.sampling.processing import Flags, read_flags
+from tailrl.kernels.gumbel_noise import GROUP, group_noise, gumbel_noise, row_keys, token_gumbel
+
+
+def _prepare(logits, temperature, top_k, top_p, flags):
+    """Shared by the samplers: blocked's weights, its uncut integer mass (for the logprob) and its keep
+    floor. -> (p (B, V) f32, m (B, 1), t (B, 1), total (B,) int64, floor (B,) int32 or None, flags)."""
+    flags = flags if flags is not None else read_flags(temperature, top_k, top_p)
+    need_k, need_p, _ = flags
+    p, m, t = _weights(logits, temperature)
+    total = _block_masses(p, block_size(p.shape[-1])).sum(-1)
+    floor = _nucleus_floor(p, top_k, top_p, need_k, need_p) if (need_k or need_p) else None
+    return p, m, t, total, floor, flags
+
+
+def _finish(logits, tokens, temperature, m, t, total, any_greedy):
+    """Greedy rows -> argmax; logprob = log softmax(logits / T) at the token, exactly as blocked."""
+    if any_greedy:
+        tokens = torch.where(temperature <= 0, logits.argmax(-1), tokens)
+    x = (logits.gather(-1, tokens.unsqueeze(-1)).float() - m).div_(t).squeeze(-1)
+    log_z = torch.log(total.double()) - FIX_BITS * math.log(2.0)
+    return tokens, (x.double() - log_z).float()
+
+
+def sample_gumbel_race(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                       top_p: torch.Tensor, flags: Flags | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle: scores x + g for all (B, V) tokens (float64), non-kept tokens -inf, first argmax."""
+    p, m, t, total, floor, flags = _prepare(logits, temperature, top_k, top_p, flags)
+    B, V = logits.shape
+    x = logits.float() / t  # (B, V) float32, as tailrl's _scaled
+    tok = torch.arange(V, device=logits.device).expand(B, V)
+    score = x.double() + gumbel_noise(row_keys(h), tok)
+    if floor is not None:
+        score.masked_fill_(p.view(torch.int32) < floor.unsqueeze(-1), float("-inf"))
+    return _finish(logits, score.argmax(-1), temperature, m, t, total, flags[2])
+
+
+def _group_max(logits: torch.Tensor) -> torch.Tensor:
+    """(B, V) -> (B, ceil(V / GROUP)) largest logit of each group (the last one partial), no copy of the
+    logits."""
+    B, V = logits.shape
+    full = V // GROUP
+    parts = [logits[:, :full * GROUP].reshape(B, full, GROUP).amax(-1)] if full else []
+    if V % GROUP:
+        parts.append(logits[:, full * GROUP:].amax(-1, keepdim=True))
+    return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+
+
+def row_argmax(rows: torch.Tensor, score: torch.Tensor, tokens: torch.Tensor, B: int) -> torch.Tensor:
+    """Candidates (rows (C,), score (C,) float64, tokens (C,) int64) -> (B,) int64: per row the token of
+    the largest score, the lowest id among equal scores (torch.argmax's rule). Max and min are exact in any
+    order."""
+    best = torch.full((B,), float("-inf"), dtype=score.dtype, device=score.device)
+    best = best.scatter_reduce(0, rows, score, "amax")
+    big = torch.iinfo(torch.int64).max
+    cand = torch.where(score == best[rows], tokens, big)
+    return torch.full((B,), big, dtype=torch.int64, device=score.device).scatter_reduce(0, rows, cand, "amin")
+
+
+PRUNE_MARGIN = 1e-6  # >> the error of noise computed with torch.log (~1e-14): pruning with approximations
+# widened by it keeps a superset of the exact candidates
+
+
+def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                       top_p: torch.Tensor, flags: Flags | None = None,
+                       stats: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_gumbel_race's tokens and logprobs, with per-token noise only where a token can win.
+
+    1. Group maxima of the logits (one pass, no copy); the row's first largest logit from them, and s* =
+       its score (noise with torch.log) - PRUNE_MARGIN: a lower bound of the winning score (the largest
+       logit is always kept).
+    2. Every group's bound, its largest scaled logit + M_b (torch.log) + PRUNE_MARGIN; groups with bound
+       >= s* are candidates (a superset of those the exact values would give).
+    3. Candidate groups: exact (M_b, E_b, J_b); their tokens with x + M_b >= s* (exact float64) that are
+       kept get the token noise; per-row argmax by scatter amax / amin (lowest id on ties, as argmax).
+    Exactness: a group's noises are <= M_b by construction (the min in token_gumbel) and float64 adds are
+    monotone, so no pruned token scores >= s*; the approximations only widen the candidate set; the winner
+    is decided by det_log noise, as in the race. Full-vocabulary passes: blocked's weights and integer mass
+    (for the logprob; plus its cut with top-k / top-p) and one group max. Steps 2-3 have data-dependent
+    shapes (host syncs): CPU / eager only; on CUDA the Triton kernel (gumbel_triton) prunes inside a
+    fixed grid. stats (optional dict) accumulates the count of tokens given noise ("hashed") and B V."""
+    p, m, t, total, floor, flags = _prepare(logits, temperature, top_k, top_p, flags)
+    B, V = logits.shape
+    dev = logits.device
+    h32, hg, hj = row_keys(h)
+    arow = torch.arange(B, device=dev)
+    ar_g = torch.arange(GROUP, device=dev)
+    graw = _group_max(logits)  # (B, nb)
+    nb = graw.shape[-1]
+    # the first largest logit: its group is the first with the row max, then the first max inside it
+    g0 = graw.argmax(-1)
+    t0 = (g0.unsqueeze(-1) * GROUP + ar_g).clamp_(max=V - 1)
+    top = t0.gather(-1, logits.gather(-1, t0).argmax(-1, keepdim=True)).squeeze(-1)  # clamped dups are later
+    ts = t.squeeze(-1)
+    approx = gumbel_noise((h32, hg, hj), top.unsqueeze(-1), torch.log).squeeze(-1)
+    s_star = (logits[arow, top].float() / ts).double() + approx - PRUNE_MARGIN  # <= the top's exact score
+    gmax = graw.float() / t  # (B, nb): max commutes with the (monotone) scaling
+    m_approx = group_noise(hg.unsqueeze(-1), hj.unsqueeze(-1), torch.arange(nb, device=dev), torch.log)[0]
+    cand = gmax.double() + m_approx + PRUNE_MARGIN >= s_star.unsqueeze(-1)
+    if flags[2]:
+        cand &= (temperature > 0).unsqueeze(-1)
+    rows, grp = cand.nonzero(as_tuple=True)  # (C,) candidate groups
+    m_b, eg, j = group_noise(hg[rows], hj[rows], grp)  # exact, (C,)
+    tok = grp.unsqueeze(-1) * GROUP + ar_g  # (C, GROUP)
+    r2 = rows.unsqueeze(-1)
+    x = torch.full(tok.shape, float("-inf"), device=dev)
+    inside = tok < V
+    tc = tok.clamp(max=V - 1)
+    x = torch.where(inside, logits[r2, tc].float() / t[rows], x)  # the race's elementwise x
+    live = (x.double() + m_b.unsqueeze(-1)) >= s_star[rows].unsqueeze(-1)
+    if floor is not None:
+        live &= p.view(torch.int32)[r2, tc] >= floor[rows].unsqueeze(-1)
+    ci, cj = live.nonzero(as_tuple=True)  # (N,) tokens that can still win
+    tk = tok[ci, cj]
+    g = token_gumbel(h32[rows[ci]], tk, m_b[ci], eg[ci], j[ci])
+    score = x[ci, cj].double() + g
+    tokens = row_argmax(rows[ci], score, tk, B)
+    tokens = torch.where(tokens < V, tokens, top)  # rows without candidates: greedy rows only
+    if stats is not None:
+        stats["hashed"] = stats.get("hashed", 0) + int(tk.numel()) + B
+        stats["groups"] = stats.get("groups", 0) + int(rows.numel())
+        stats["tokens"] = stats.get("tokens", 0) + B * V
+    return _finish(logits, tokens, temperature, m, t, total, flags[2])
+
+
+def keep_threshold_from(logits: torch.Tensor, p: torch.Tensor, floor: torch.Tensor | None) -> torch.Tensor:
+    """(B,) float32: the smallest logit blocked's cut keeps (p bits >= floor), -inf where nothing is cut."""
+    if floor is None:
+        return torch.full((logits.shape[0],), float("-inf"), device=logits.device)
+    kept = p.view(torch.int32) >= floor.unsqueeze(-1)
+    thr = torch.where(kept, logits.float(), float("inf")).amin(-1)
+    return torch.where(floor > 0, thr, float("-inf"))
+
+
+def sample_gumbel_kernel(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                         top_p: torch.Tensor, flags: Flags | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The race's (tokens, logprobs): tokens from the Triton kernel, the cut and the logprob from blocked's
+    weights and integer mass (torch, capturable)."""
+    p, m, t, total, floor, flags = _prepare(logits, temperature, top_k, top_p, flags)
+    tokens = kernels.gumbel_argmax(logits, h, temperature, keep_threshold_from(logits, p, floor))
+    return _finish(logits, tokens, temperature, m, t, total, False)
+
+
+def keyed_gumbel(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor, flags: Flags) -> tuple[torch.Tensor, torch.Tensor]:
+    """The SAMPLERS entry: the kernel on CUDA (with Triton), the pruned race elsewhere."""
+    if logits.is_cuda and kernels.HAS_TRITON:
+        return sample_gumbel_kernel(logits, h, temperature, top_k, top_p, flags)
+    return sample_gumbel_fast(logits, h, temperature, top_k, top_p, flags)
