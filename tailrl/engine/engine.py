@@ -51,7 +51,10 @@ class Engine:
         self.execution = ex = resolve_execution(config, device, model.tp.size)  # exactness, attention backend, static steps, graphs
         if ex.strict:
             model.set_strict(True)  # every forward of this model, the trainer's too (model/strict.py)
-        self.cache = PagedKVCache(model, self._pool_tokens(), config.block_size, grow=ex.grow_pool)
+        # sized once per engine (on CUDA from free memory): a pool re-measured after each update would shrink
+        # by whatever the update's allocator still holds
+        self.pool_tokens = self._pool_tokens()
+        self.cache = PagedKVCache(model, self.pool_tokens, config.block_size, grow=ex.grow_pool)
         self.sampler = SAMPLERS.get(config.sampler)  # resolved once
         self.runner = ModelRunner(model, self.cache, ex.attention,
                                   DecodeSetup(self.sampler, ex.strict, ex.static, ex.graphs, config.max_batch_size,
@@ -299,15 +302,15 @@ class Engine:
         return out, self.trace
 
     def _ensure_kv(self) -> None:
-        """After release_kv(): the pool again, sized by a new measurement (the update may have left more or
-        less free memory). Every entry that needs KV (add, step) comes through here."""
+        """After release_kv(): the pool again, at the size it was first given (pool_tokens). Every entry that
+        needs KV (add, step) comes through here."""
         if self.cache.released:
-            self.cache.restore(self._pool_tokens())
+            self.cache.restore(self.pool_tokens)
 
     def release_kv(self) -> None:
         """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()
-        measures free memory and allocates it again, and static decode steps capture their graphs again.
-        Idempotent."""
+        allocates it again at the same size, and static decode steps capture their graphs again (the pool's
+        address changed). Idempotent."""
         self.runner.reset_graphs()
         self.cache.release()
         if self.cache.kv.is_cuda:

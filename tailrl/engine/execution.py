@@ -71,6 +71,7 @@ def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len
     tokens = cfg.kv_cache_tokens
     where = f"engine.kv_cache_tokens ({tokens})"
     if device.type == "cuda":
+        torch.cuda.empty_cache()  # memory PyTorch caches but does not use is free for the pool
         free, total = torch.cuda.mem_get_info(device)
         budget = free - (1.0 - cfg.gpu_memory_utilization) * total
         p = next(model.parameters())

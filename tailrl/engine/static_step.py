@@ -73,6 +73,9 @@ class StaticBuffers:
         """Fill the bucket of len(ready) rows (blocks ensured; tables: the cache's block tables) and start the
         copies to the device. Returns the bucket's buffers."""
         B = len(ready)
+        if B > self.buckets[-1]:
+            raise ValueError(f"a decode step of {B} rows exceeds the largest static bucket ({self.buckets[-1]}, "
+                             "engine.max_batch_size)")
         nb = next(b for b in self.buckets if b >= B)
         bufs = self.bufs.get(nb) or self.bufs.setdefault(nb, Buffers(nb, self.max_blocks, self.device))
         width = self._fill(bufs, ready, tables)

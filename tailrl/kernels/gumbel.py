@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from tailrl.kernels import gumbel_noise as gn
+from tailrl.kernels.numerics import INTERPRET
 
 # the noise's constants, as constexprs (Triton reads only constexpr globals)
 GROUP = gn.GROUP
@@ -131,7 +132,7 @@ def gumbel_argmax(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tens
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     out = torch.empty(B, dtype=torch.int64, device=logits.device)
-    kw = {} if logits.device.type == "cpu" else {"enable_fp_fusion": False}
+    kw = {} if INTERPRET else {"enable_fp_fusion": False}
     gumbel_race_kernel[(B,)](logits, logits.stride(0), h.contiguous(), temperature.float().contiguous(),
                              thr.float().contiguous(), out, V, GROUPS=groups, GROUP_=GROUP,
                              LOG2_GROUP_=LOG2_GROUP, **kw)

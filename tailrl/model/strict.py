@@ -87,10 +87,13 @@ def silu_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
-    """logits (..., V), targets (...) -> (...) fp32 log_softmax(logits / T)[target], one row per program."""
+    """logits (..., V), targets (...) -> (...) fp32 log_softmax(logits / T)[target], one row per program.
+    The kernel always gets fp32 logits (bf16 ones are cast, exactly): the engine hands it fp32 and the
+    trainer the model dtype, and a kernel compiled for another dtype reduces a row in another layout (so in
+    another order) at a real vocabulary size: the two logprobs would differ."""
     shape = targets.shape
     lp = _apply(kernels.token_logprobs_invariant, reference.token_logprobs_invariant_ref,
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), float(temperature))
+                logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), float(temperature))
     return lp.view(shape)
 
 

@@ -135,6 +135,7 @@ def test_add_and_step_after_release_kv_bring_the_pool_back(models):
         outs += eng.step()
     ref, _ = _engine(native).generate([Request(PROMPTS[0], uid=0, n=2, params=params)])
     assert not eng.cache.released and all(o.finish_reason == "length" for o in outs)
+    assert eng.cache.num_blocks * eng.cache.block_size == eng.pool_tokens  # back at the size it was given
     assert sorted(tuple(o.token_ids) for o in outs) == sorted(tuple(o.token_ids) for o in ref)
 
 

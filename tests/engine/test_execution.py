@@ -8,12 +8,13 @@ that generate through them are in the slow tier; `TAILRL_TEST_DEVICE=cuda` runs 
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tailrl.engine.kv_cache as kv_cache
 from tailrl import kernels
 from tailrl.config import EngineConfig
 from tailrl.engine import Engine, Request, SamplingParams
-from tailrl.engine.static_step import buckets
+from tailrl.engine.static_step import StaticBuffers, buckets
 from tailrl.errors import UserError
 from tests.helpers import DEVICE, tiny_native
 
@@ -131,3 +132,9 @@ def test_one_line_errors_through_the_cli(tmp_path, capsys):
     assert "engine.cuda_graphs=true needs a CUDA device" in capsys.readouterr().err
     assert main(argv + ["--engine", "gpu_memory_utilization=0"]) == 2
     assert "gpu_memory_utilization must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_a_step_above_the_largest_bucket_is_a_clear_error():
+    bufs = StaticBuffers(max_batch_size=4, max_blocks=2, block_size=4, device=torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"a decode step of 5 rows exceeds the largest static bucket \(4"):
+        bufs.stage([object()] * 5, {})

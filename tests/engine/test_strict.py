@@ -79,3 +79,30 @@ def test_strict_needs_the_triton_attention(model):
         build_engine(model, None, EngineConfig(exact="strict", attention="torch"))
     with pytest.raises(UserError, match="unknown engine.exact 'exactish'"):
         build_engine(model, None, EngineConfig(exact="exactish"))
+
+
+@pytest.mark.parametrize("V", [49152, 151936])
+def test_engine_and_trainer_logprobs_reach_the_kernel_in_one_dtype(monkeypatch, V):
+    """bf16 logits of a real vocabulary: the engine's strict logprob (its fp32 logits) and the trainer's (the
+    model-dtype logits, with autograd) reach the invariant kernel as the same dtype and are bitwise equal.
+    (Compiled for a GPU, a bf16 and an fp32 row reduce in different layouts at this V: another order.)"""
+    from tailrl import kernels
+    from tailrl.engine.sampling.rows import invariant_logprobs
+    from tailrl.model import strict
+
+    seen = []
+    kernel = kernels.token_logprobs_invariant
+
+    def spy(logits, *args):
+        seen.append(logits.dtype)
+        return kernel(logits, *args)
+
+    monkeypatch.setattr(kernels, "token_logprobs_invariant", spy, raising=False)
+    g = torch.Generator().manual_seed(V)
+    logits = (torch.randn(3, V, generator=g) * 4).to(torch.bfloat16)
+    tokens = torch.randint(0, V, (3,), generator=g)
+    with torch.inference_mode():  # the engine: fp32 logits from the runner
+        engine = invariant_logprobs(logits.float(), tokens, torch.full((3,), 0.7), {0.7})
+    trained = strict.token_logprobs(logits.clone().requires_grad_(), tokens, 0.7)  # the trainer's forward
+    assert seen == [torch.float32, torch.float32]
+    assert torch.equal(engine, trained.detach())
