@@ -28,7 +28,7 @@ import torch
 from tailrl import kernels
 from tailrl.engine.sampling.blocked import FIX_BITS, _block_masses, _nucleus_floor, _weights, block_size
 from tailrl.engine.sampling.processing import Flags, read_flags
-from tailrl.kernels.gumbel_noise import GROUP, group_noise, gumbel_noise, row_keys, token_gumbel
+from tailrl.kernels.gumbel_noise import GROUP, LOG2_GROUP, group_noise, gumbel_noise, row_keys, token_gumbel
 
 
 def _prepare(logits, temperature, top_k, top_p, flags):
@@ -98,16 +98,17 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     1. Group maxima of the logits (one pass, no copy); the row's first largest logit from them, and s* =
        its score (noise with torch.log) - PRUNE_MARGIN: a lower bound of the winning score (the largest
        logit is always kept).
-    2. Every group's bound, its largest scaled logit + M_b (torch.log) + PRUNE_MARGIN; groups with bound
-       >= s* are candidates (a superset of those the exact values would give).
-    3. Candidate groups: exact (M_b, E_b, J_b); their tokens with x + M_b >= s* (exact float64) that are
-       kept get the token noise; per-row argmax by scatter amax / amin (lowest id on ties, as argmax).
-    Exactness: a group's noises are <= M_b by construction (the min in token_gumbel) and float64 adds are
-    monotone, so no pruned token scores >= s*; the approximations only widen the candidate set; the winner
-    is decided by det_log noise, as in the race. Full-vocabulary passes: blocked's weights and integer mass
-    (for the logprob; plus its cut with top-k / top-p) and one group max. Steps 2-3 have data-dependent
-    shapes (host syncs): CPU / eager only; on CUDA the Triton kernel (gumbel_triton) prunes inside a
-    fixed grid. stats (optional dict) accumulates the count of tokens given noise ("hashed") and B V."""
+    2. A token t of group b can win only if x_t + M_b >= s* (every noise of group b is <= M_b): with M_b
+       from torch.log and the bound widened by margins, one comparison of the logits against a per-group
+       limit (one pass, a bool (B, V)) finds a superset of those tokens, typically a few hundredths of the
+       vocabulary of a real model.
+    3. Those tokens that are kept (top-k / top-p) get the exact noise (det_log); per-row argmax by scatter
+       amax / amin (lowest id on ties, as argmax).
+    Exactness: the approximations only widen the candidate set; the winner is decided by det_log noise and
+    the race's own x = logit / T, as in the race. Full-vocabulary passes: blocked's weights and integer mass
+    (for the logprob; plus its cut with top-k / top-p), one group max and one comparison. Step 2-3 shapes
+    are data-dependent (host syncs): CPU / eager only; on CUDA the Triton kernel (kernels/gumbel.py) prunes
+    inside a fixed grid. stats (optional dict) accumulates the tokens given noise ("hashed") and B V."""
     p, m, t, total, floor, flags = _prepare(logits, temperature, top_k, top_p, flags)
     B, V = logits.shape
     dev = logits.device
@@ -123,31 +124,34 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     ts = t.squeeze(-1)
     approx = gumbel_noise((h32, hg, hj), top.unsqueeze(-1), torch.log).squeeze(-1)
     s_star = (logits[arow, top].float() / ts).double() + approx - PRUNE_MARGIN  # <= the top's exact score
-    gmax = graw.float() / t  # (B, nb): max commutes with the (monotone) scaling
     m_approx = group_noise(hg.unsqueeze(-1), hj.unsqueeze(-1), torch.arange(nb, device=dev), torch.log)[0]
-    cand = gmax.double() + m_approx + PRUNE_MARGIN >= s_star.unsqueeze(-1)
+    # x + M_b >= s*  <=>  x >= s* - M_b, in logit units (x = fl32(l / T), T > 0), widened for the rounding of
+    # l / T, of M_b (torch.log) and of the limit's own cast to float32
+    lim = (s_star.unsqueeze(-1) - m_approx - PRUNE_MARGIN) * ts.double().unsqueeze(-1)  # (B, nb)
+    lim = (lim - lim.abs() * 1e-6 - PRUNE_MARGIN).float()
     if flags[2]:
-        cand &= (temperature > 0).unsqueeze(-1)
-    rows, grp = cand.nonzero(as_tuple=True)  # (C,) candidate groups
-    m_b, eg, j = group_noise(hg[rows], hj[rows], grp)  # exact, (C,)
-    tok = grp.unsqueeze(-1) * GROUP + ar_g  # (C, GROUP)
-    r2 = rows.unsqueeze(-1)
-    x = torch.full(tok.shape, float("-inf"), device=dev)
-    inside = tok < V
-    tc = tok.clamp(max=V - 1)
-    x = torch.where(inside, logits[r2, tc].float() / t[rows], x)  # the race's elementwise x
-    live = (x.double() + m_b.unsqueeze(-1)) >= s_star[rows].unsqueeze(-1)
+        lim = torch.where((temperature > 0).unsqueeze(-1), lim, float("inf"))  # greedy rows: argmax below
+    full = V // GROUP
+    rows, tk = [], []
+    if full:
+        b, g, j = (logits[:, :full * GROUP].reshape(B, full, GROUP) >= lim[:, :full, None]).nonzero(as_tuple=True)
+        rows.append(b)
+        tk.append(g * GROUP + j)
+    if V % GROUP:
+        b, j = (logits[:, full * GROUP:] >= lim[:, full:]).nonzero(as_tuple=True)
+        rows.append(b)
+        tk.append(full * GROUP + j)
+    rows, tk = (torch.cat(x) if len(x) > 1 else x[0] for x in (rows, tk))  # (N,) tokens that can still win
     if floor is not None:
-        live &= p.view(torch.int32)[r2, tc] >= floor[rows].unsqueeze(-1)
-    ci, cj = live.nonzero(as_tuple=True)  # (N,) tokens that can still win
-    tk = tok[ci, cj]
-    g = token_gumbel(h32[rows[ci]], tk, m_b[ci], eg[ci], j[ci])
-    score = x[ci, cj].double() + g
-    tokens = row_argmax(rows[ci], score, tk, B)
+        kept = p.view(torch.int32)[rows, tk] >= floor[rows]
+        rows, tk = rows[kept], tk[kept]
+    x = logits[rows, tk].float() / ts[rows]  # the race's elementwise x
+    m_b, eg, j = group_noise(hg[rows], hj[rows], tk >> LOG2_GROUP)  # exact
+    score = x.double() + token_gumbel(h32[rows], tk, m_b, eg, j)
+    tokens = row_argmax(rows, score, tk, B)
     tokens = torch.where(tokens < V, tokens, top)  # rows without candidates: greedy rows only
     if stats is not None:
         stats["hashed"] = stats.get("hashed", 0) + int(tk.numel()) + B
-        stats["groups"] = stats.get("groups", 0) + int(rows.numel())
         stats["tokens"] = stats.get("tokens", 0) + B * V
     return _finish(logits, tokens, temperature, m, t, total, flags[2])
 
