@@ -87,7 +87,8 @@ def build_paged_metadata(tables: list[list[int]], starts: list[int], lengths: li
 
 
 def static_paged_metadata(block_tables: torch.Tensor, ints: torch.Tensor, block_size: int) -> PagedMetadata:
-    """PagedMetadata as views of a static decode step's device buffers (engine/static_step.py): block_tables
-    (nb, max_blocks) int32; ints (nb, INTS) int64 with start, q_len and slot in columns 2, 3, 4."""
+    """PagedMetadata from a static decode step's device buffers (engine/static_step.py): block_tables
+    (nb, max_blocks) int32; ints (nb, INTS) int64 with start, q_len and slot in columns 2, 3, 4. Each column
+    is made dense once per step here, not by every layer's kernel wrapper."""
     return PagedMetadata(block_tables=block_tables, starts=ints[:, 2].to(torch.int32), q_lens=ints[:, 3].to(torch.int32),
-                         slot_mapping=ints[:, 4], block_size=block_size)
+                         slot_mapping=ints[:, 4].contiguous(), block_size=block_size)

@@ -109,7 +109,8 @@ class ModelRunner:
         float64 (pack)."""
         ints, floats = bufs.dev_ints, bufs.dev_floats
         meta = static_paged_metadata(bufs.dev_tables, ints, self.cache.block_size)
-        logits = self._run_model(ints[:, 0:1], ints[:, 1:2], meta, bufs.index)[:, 0]  # (nb, V)
+        positions = ints[:, 1:2].contiguous()  # dense once per step (each layer's rotary reads it)
+        logits = self._run_model(ints[:, 0:1], positions, meta, bufs.index)[:, 0]  # (nb, V)
         tokens, logps = self.setup.sampler(logits, position_hash(ints[:, 5], ints[:, 6]), floats[:, 0], ints[:, 7],
                                            floats[:, 1], flags)
         if temps:  # strict: the trainer's logprobs
