@@ -223,10 +223,17 @@ def keyed_blocked(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tens
         tokens, _ = _sample_weights(p, uniform_from_hash(h))
     else:
         tokens, total = _sample_weights(p, uniform_from_hash(h))
+    return finish(logits, tokens, temperature, m, t, total, any_greedy)
+
+
+def finish(logits: torch.Tensor, tokens: torch.Tensor, temperature: torch.Tensor, m: torch.Tensor, t: torch.Tensor,
+           total: torch.Tensor, any_greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy rows -> argmax of the logits; the logprob log softmax(logits / T) at each token (B,), from the
+    max m (B, 1), T (B, 1) and the integer mass `total` (B,) of the weights already made:
+    (l - max) / T - ln(sum exp((l - max) / T)), with the same elementwise ops as the weights. Shared by the
+    samplers that build blocked's weights (blocked, gumbel), so their logprobs are one definition."""
     if any_greedy:
         tokens = torch.where(temperature <= 0, logits.argmax(-1), tokens)
-    # log softmax(logits / T) at the token, from the max and the integer sum of the weights already made:
-    # (l - max) / T - ln(sum exp((l - max) / T)), with the same elementwise ops as the weights
     x = (logits.gather(-1, tokens.unsqueeze(-1)).float() - m).div_(t).squeeze(-1)
     log_z = torch.log(total.double()) - FIX_BITS * math.log(2.0)
     return tokens, (x.double() - log_z).float()

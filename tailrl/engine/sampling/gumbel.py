@@ -21,12 +21,10 @@ the two samplers differ only in which token the randomness picks. Drafters sampl
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from tailrl import kernels
-from tailrl.engine.sampling.blocked import FIX_BITS, _block_masses, _nucleus_floor, _weights, block_size
+from tailrl.engine.sampling.blocked import _block_masses, _nucleus_floor, _weights, block_size, finish
 from tailrl.engine.sampling.processing import Flags, read_flags
 from tailrl.kernels.gumbel_noise import GROUP, LOG2_GROUP, group_noise, gumbel_noise, row_keys, token_gumbel
 
@@ -42,15 +40,6 @@ def _prepare(logits, temperature, top_k, top_p, flags):
     return p, m, t, total, floor, flags
 
 
-def _finish(logits, tokens, temperature, m, t, total, any_greedy):
-    """Greedy rows -> argmax; logprob = log softmax(logits / T) at the token, exactly as blocked."""
-    if any_greedy:
-        tokens = torch.where(temperature <= 0, logits.argmax(-1), tokens)
-    x = (logits.gather(-1, tokens.unsqueeze(-1)).float() - m).div_(t).squeeze(-1)
-    log_z = torch.log(total.double()) - FIX_BITS * math.log(2.0)
-    return tokens, (x.double() - log_z).float()
-
-
 def sample_gumbel_race(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                        top_p: torch.Tensor, flags: Flags | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The oracle: scores x + g for all (B, V) tokens (float64), non-kept tokens -inf, first argmax."""
@@ -61,7 +50,7 @@ def sample_gumbel_race(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     score = x.double() + gumbel_noise(row_keys(h), tok)
     if floor is not None:
         score.masked_fill_(p.view(torch.int32) < floor.unsqueeze(-1), float("-inf"))
-    return _finish(logits, score.argmax(-1), temperature, m, t, total, flags[2])
+    return finish(logits, score.argmax(-1), temperature, m, t, total, flags[2])
 
 
 def _group_max(logits: torch.Tensor) -> torch.Tensor:
@@ -153,7 +142,7 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     if stats is not None:
         stats["hashed"] = stats.get("hashed", 0) + int(tk.numel()) + B
         stats["tokens"] = stats.get("tokens", 0) + B * V
-    return _finish(logits, tokens, temperature, m, t, total, flags[2])
+    return finish(logits, tokens, temperature, m, t, total, flags[2])
 
 
 def keep_threshold_from(logits: torch.Tensor, p: torch.Tensor, floor: torch.Tensor | None) -> torch.Tensor:
@@ -171,7 +160,7 @@ def sample_gumbel_kernel(logits: torch.Tensor, h: torch.Tensor, temperature: tor
     weights and integer mass (torch, capturable)."""
     p, m, t, total, floor, flags = _prepare(logits, temperature, top_k, top_p, flags)
     tokens = kernels.gumbel_argmax(logits, h, temperature, keep_threshold_from(logits, p, floor))
-    return _finish(logits, tokens, temperature, m, t, total, False)
+    return finish(logits, tokens, temperature, m, t, total, False)
 
 
 def keyed_gumbel(logits: torch.Tensor, h: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
