@@ -6,8 +6,8 @@ for the decoupled-speculation benchmarks. Distillation: the policy generates rol
 then the draft is trained to minimise KL(policy || draft) over the full next-token distributions at every
 completion position (teacher logits computed on the fly).
 
-The metric is *keyed acceptance*: the engine samples every token by inverse CDF from a uniform fixed by
-the key (seed, uid, sample index, position), and the draft drafts with the same key, so a draft token is
+The metric is *keyed acceptance*: the engine samples every token with randomness fixed by the key (seed,
+uid, sample index, position), and the draft drafts with the same sampler and key, so a draft token is
 accepted exactly when the draft's keyed sample equals the policy's. A low KL is only a proxy; the meta
 records the fraction of held-out completion positions where the two keyed samples coincide.
 """

@@ -2,7 +2,7 @@
 
 A request with per-token acceptance alpha and draft window w gains tau(alpha, w) = 1 + alpha + ... +
 alpha^w tokens per verification in expectation (exact verification: accepted drafts plus the
-target's own token; engine/spec/window.py). One iteration of a batch of b requests costs
+target's own token; speculative/window.py). One iteration of a batch of b requests costs
 
     D = w * draft(b)                    w draft forwards (0 for a model-free n-gram drafter)
     V = target forward over b * (n * w + 1) tokens   (n draft paths per request: Best-of-N tree)

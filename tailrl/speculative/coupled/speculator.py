@@ -7,7 +7,7 @@ Per sequence, acceptance is a per-token rate alpha per drafter (truncated-geomet
 (accepted + rejections)), shrunk toward the drafter's historical rate (weight `prior_weight`), which
 itself is an exponential average over earlier verifies — the SpecActor observation that the batch
 mean is stable. Primary drafter of a sequence = the ladder's best at its alpha estimates. Windows come
-from plan_windows (spec/window.py). Best-of-N: while the verify forward stays within (1 + bon_spare) of
+from plan_windows (speculative/window.py). Best-of-N: while the verify forward stays within (1 + bon_spare) of
 its fixed cost, the lowest-acceptance sequences get every other drafter's proposal too (depth first:
 all drafters for the slowest request before the next), merged into one token tree.
 

@@ -1,8 +1,8 @@
 """Keyed acceptance of a draft model on the target's rollouts, measured exactly and offline.
 
-The engine samples every token by inverse CDF from a uniform fixed by the key (seed, uid, sample
-index, position) and a draft model drafts with the same key, so a draft token is accepted exactly when
-the draft's keyed sample equals the target's token. Teacher-forcing the draft over the rollouts gives
+The engine samples every token with randomness fixed by the key (seed, uid, sample index, position; the
+default sampler's Gumbel noise per token) and a draft model drafts with the same sampler and key (the same
+noise), so a draft token is accepted exactly when the draft's keyed sample equals the target's token. Teacher-forcing the draft over the rollouts gives
 that per-token acceptance p in one forward per chunk — the p of SpecActor's TGS model (`tailrl profile
 spec`) and the demo draft's quality metric (demo/draft.py).
 """
@@ -32,7 +32,7 @@ def pack(rollouts: list[Rollout], pad: int) -> tuple[torch.Tensor, torch.Tensor]
 def keyed_acceptance(model, rollouts: list[Rollout], seed: int, temperature: float, pad: int,
                      chunk: int = 64, sampler: str = EngineConfig().sampler) -> float:
     """Fraction of completion positions where the model's keyed sample (keys (seed, uid, sample index,
-    position), as engine/sampling.py makes them; the engine's sampler) equals the token the rollout holds;
+    position), as engine/sampling/rows.py makes them; the engine's sampler) equals the token the rollout holds;
     `seed` is the sampling seed the rollouts were generated with."""
     hits = total = 0
     for c in range(0, len(rollouts), chunk):

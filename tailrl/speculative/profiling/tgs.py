@@ -7,7 +7,7 @@ their own in decoupled mode):
               keyed sampling)
     V_g(b, n) seconds of one verify forward of b requests over n tokens, with keyed sampling of all n
 
-fitted by least squares (spec/tgs.py), and optionally the per-token acceptance p of the draft
+fitted by least squares (speculative/decoupled/tgs.py), and optionally the per-token acceptance p of the draft
 against the target: keyed draws of both on the target's own rollouts (teacher-forced, exact).
 Random weights time the same as trained ones; acceptance needs the real pair.
 """
