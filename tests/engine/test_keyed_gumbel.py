@@ -105,7 +105,7 @@ def test_group_noise_bounds_tokens():
 
 # -- fast == race ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("V", [300, 2048, 49152])
+@pytest.mark.parametrize("V", [300, 2048, pytest.param(49152, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("T", [0.0, 0.7, 1.0, 1.3])
 @pytest.mark.parametrize("top", [False, True])
 def test_fast_equals_race(V, T, top):
@@ -218,6 +218,7 @@ def test_batch_invariance():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_distribution_matches_softmax():
     """For a small vocabulary, the frequency of each token over many keys matches softmax(logits / T) after
     the cut (chi-square against its 99.99% quantile, roughly)."""
