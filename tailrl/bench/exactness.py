@@ -28,6 +28,7 @@ largest batch's rollout logprobs are also compared with the trainer's forward of
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import replace
@@ -193,6 +194,9 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
         if ka != kb:
             raise RuntimeError(f"{name} and {vs} returned different request samples")
         comparisons.append({"run": name, "vs": vs, **compare_runs(ta, la, tb, lb, new_tokens, [list(k) for k in ka])})
+        # kept as they come: a long run cut short still has what it measured
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "partial.json").write_text(json.dumps({"comparisons": comparisons, "runs": runs}, indent=1))
 
     def name_of(b: int) -> str:
         return "alone (B=1)" if b == 1 else f"batch {b}"
