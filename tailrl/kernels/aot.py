@@ -111,9 +111,8 @@ def _shapes():
 
 def _ptxas_stats(ptx: str, arch: int) -> dict:
     """Registers, spill bytes and static shared memory of a PTX module by Triton's bundled ptxas -v."""
-    from triton.backends.nvidia.compiler import (
-        get_ptxas,  # lazy: the NVIDIA backend only where it is compiled
-    )
+    # lazy: the NVIDIA backend only where a kernel is compiled for it
+    from triton.backends.nvidia.compiler import get_ptxas
 
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "k.ptx")
