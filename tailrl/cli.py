@@ -11,13 +11,18 @@ from tailrl.commands import FAMILIES
 from tailrl.errors import UserError
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tailrl", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--version", action="store_true")
     sub = parser.add_subparsers(dest="command")
     for family in FAMILIES:
         family.add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     # --debug may appear anywhere on the line
     debug = "--debug" in argv

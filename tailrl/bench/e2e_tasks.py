@@ -9,6 +9,9 @@
              sums, B = 64 (4 prompts x G = 16), 256 new tokens, one micro-batch of 64: the update is its LM
              head over the vocabulary (what chunked logprobs address); accuracy stays at zero, the per-step
              cost is the measurement
+    big-step a random Qwen2.5-1.5B shape (SmolLM2's 49,152-token vocabulary, so every id decodes) in bf16 with
+             fp32 masters, B = 256 (16 prompts x G = 16), 1,024 new tokens with EOS ignored: one step at the
+             size a GPU user runs (the GPU kit's e2e part); big-step-dry is its plumbing at a 2-layer size
 
 A task gives the same model folder to TRL and tailrl, the rows ({prompt, answer}) TRL trains on, tailrl's
 config for a run folder and the data splits it reads (the demo's own, with its held-out problems), and
@@ -86,14 +89,31 @@ def _sum_data(run_dir: Path, n_train: int = 4000, n_test: int = 64) -> None:
 WIDE = ModelShape("wide", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=49152)
 
 
-def _wide_model() -> Path:
-    """Built once and cached: random weights of WIDE's shape, SmolLM2's tokenizer (so every sampled id decodes)."""
-    folder = cache_dir() / "bench" / "wide-qwen2-49k"
+BIG = ModelShape("qwen2.5-1.5b-49k", layers=28, hidden=1536, heads=12, kv_heads=2, intermediate=8960, vocab=49152,
+                 tied_embeddings=True)
+BIG_DRY = ModelShape("big-dry", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=49152,
+                     tied_embeddings=True)
+
+
+def _random_model(shape: ModelShape, max_pos: int) -> Path:
+    """Built once and cached: random weights of `shape`, SmolLM2's tokenizer (so every sampled id decodes)."""
+    folder = cache_dir() / "bench" / f"{shape.name}-{max_pos}"
     if not (folder / "model.safetensors").is_file():
-        cfg = hf_config(WIDE, "Qwen2ForCausalLM", 1024)
+        cfg = hf_config(shape, "Qwen2ForCausalLM", max_pos)
         model = init_random(build_model(ModelArgs.from_hf(cfg)), 0.02, 0)
         save_hf(model, folder, tokenizer=load_tokenizer(hf_folder("smollm2-135m-instruct")), hf_config=cfg)
     return folder
+
+
+def _big_config(max_new: int, prompts: int, group: int):
+    def config(model_dir: Path, run_dir: Path, overrides: list[str]):
+        return local_run_config(
+            model_dir, run_dir, ["model.dtype=bfloat16", *overrides], ("gsm8k",), False,
+            rollout=dict(group_size=group, max_new_tokens=max_new, temperature=1.0, seed=0, ignore_eos=True),
+            train=dict(total_steps=1, rollout_batch_size=prompts * group, micro_batch_size=16, lr=1e-6,
+                       eval_prompts=4),
+            engine=dict(kv_cache_tokens=262144 if max_new > 64 else 4096, block_size=16))
+    return config
 
 
 def _wide_config(model_dir: Path, run_dir: Path, overrides: list[str]):
@@ -115,5 +135,9 @@ TASKS = {
                        _smollm2_model, _sum_rows, _smollm2_config, _sum_data),
     "wide": E2ETask(16, 4, 256, 1e-5, 16, "gsm8k", False,
                     ("algo.downsample.rule=max_variance", "algo.downsample.ratio=4"),
-                    _wide_model, _sum_rows, _wide_config, _sum_data),
+                    lambda: _random_model(WIDE, 1024), _sum_rows, _wide_config, _sum_data),
+    "big-step": E2ETask(16, 16, 1024, 1e-6, 4, "gsm8k", False, (), lambda: _random_model(BIG, 2048), _sum_rows,
+                        _big_config(1024, 16, 16), _sum_data),
+    "big-step-dry": E2ETask(4, 2, 8, 1e-6, 4, "gsm8k", False, (), lambda: _random_model(BIG_DRY, 64), _sum_rows,
+                            _big_config(8, 2, 4), _sum_data),
 }

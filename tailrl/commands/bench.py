@@ -7,6 +7,9 @@ from pathlib import Path
 
 from tailrl.errors import UserError
 
+# bench/e2e_tasks.py's TASKS (named here so that --help imports no torch; tests/bench check they agree)
+E2E_TASKS = ("demo", "smollm2", "wide", "big-step", "big-step-dry")
+
 
 def add(sub) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks (ratios measured in one run)")
@@ -55,9 +58,10 @@ def add(sub) -> None:
     q.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every N steps")
     q.add_argument("--systems", nargs="+", default=["trl", "off", "full"], choices=["trl", "off", "full", "unchunked"],
                    help="unchunked: off with the whole (S, C, V) logits in the update (train.logprob_chunk_rows=0)")
-    q.add_argument("--task", default="demo", choices=["demo", "smollm2", "wide"],
+    q.add_argument("--task", default="demo", choices=E2E_TASKS,
                    help="demo: the demo policy on chained arithmetic; smollm2: SmolLM2-135M-Instruct on easy sums; "
-                        "wide: a tiny Qwen2 with a 49,152 vocabulary, 256-token completions at G = 16")
+                        "wide: a tiny Qwen2 with a 49,152 vocabulary, 256-token completions at G = 16; big-step: one "
+                        "step of a Qwen2.5-1.5B shape at B = 256, 1,024 tokens (a GPU's size; big-step-dry: 2 layers)")
     q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)
@@ -137,6 +141,39 @@ def add(sub) -> None:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.add_argument("--out-dir", default="runs/bench-exactness")
+    q = bs.add_parser("gpu", help="every GPU figure in one command: the CUDA tests, engine, long tail, exactness, "
+                      "e2e vs TRL, spec / PODS / SAGC, each under its own budget (docs/gpu.md)")
+    q.set_defaults(run=gpu)
+    q.add_argument("--out", default="runs/bench-gpu", help="results folder; a second call with the same folder "
+                   "continues where the first stopped")
+    q.add_argument("--budget-min", type=float, default=25.0, help="minutes for this call (parts that do not fit "
+                   "are left for the next call)")
+    q.add_argument("--only", nargs="+", default=None, metavar="PART", help="only these parts (of: "
+                   "tests engine engine-eager long-tail exactness e2e spec pods sagc)")
+    q.add_argument("--dry-run", action="store_true", help="every part on the CPU at tiny sizes (seconds each): "
+                   "checks the harness and writes the same files")
+    q.add_argument("--redo", action="store_true", help="run parts again that an earlier call finished")
+    q.add_argument("--pack", default=None, metavar="FILE.tgz", help="also bundle the small result files into "
+                   "this archive after every part")
+
+
+def gpu(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    import torch
+
+    from tailrl.bench.gpu import run_gpu_bench
+    from tailrl.bench.gpu_parts import PART_NAMES
+
+    bad = sorted(set(a.only or ()) - set(PART_NAMES))
+    if bad:
+        raise UserError(f"--only {' '.join(bad)}: not a part (parts: {' '.join(PART_NAMES)})")
+    if a.budget_min <= 0:
+        raise UserError("--budget-min must be > 0")
+    if not a.dry_run and not torch.cuda.is_available():
+        raise UserError("no CUDA device here: `tailrl bench gpu` measures a GPU (--dry-run checks the harness on a CPU)")
+    s = run_gpu_bench(a.out, a.budget_min, a.only, a.dry_run, a.redo, a.pack)
+    print((Path(a.out) / "summary.md").read_text())
+    return 0 if all(p["status"] in ("ok", "skipped") for p in s["parts"]) else 1
 
 
 def pods(a) -> int:

@@ -17,8 +17,8 @@ class ModelConfig(Section):
     key = "model"
 
     path: str = opt("", "local Hugging Face folder, a .gguf file, or a known name (smollm2-135m-instruct)")
-    dtype: str = opt("float32", "float32 | bfloat16 | float16; with bfloat16 training keeps fp32 master weights",
-                     choices=("float32", "bfloat16", "float16"))
+    dtype: str = opt("auto", "auto (bfloat16 on CUDA, float32 on the CPU) | float32 | bfloat16 | float16; with "
+                     "bfloat16 training keeps fp32 master weights", choices=("auto", "float32", "bfloat16", "float16"))
     device: str = opt("auto", "auto (CUDA when available, else CPU) | cpu | cuda | cuda:N")
 
 

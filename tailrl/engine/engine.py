@@ -48,7 +48,7 @@ class Engine:
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
         model.max_positions = max(model.max_positions, self.max_model_len)  # the fused path's rotary table
         device = next(model.parameters()).device
-        self.execution = ex = resolve_execution(config, device, model.tp.size)  # exactness, attention backend, static steps, graphs
+        self.execution = ex = resolve_execution(config, device, model.tp.size, next(model.parameters()).dtype)  # exactness, attention backend, static steps, graphs
         if ex.strict:
             model.set_strict(True)  # every forward of this model, the trainer's too (model/strict.py)
         # sized once per engine (on CUDA from free memory): a pool re-measured after each update would shrink

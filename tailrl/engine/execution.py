@@ -3,11 +3,14 @@ gpu_memory_utilization resolved against the model's device, with one-line errors
 cannot run, and the KV pool's size.
 
     auto on CUDA (Triton installed): triton attention, static decode steps, CUDA graphs, pool from memory
+                                     (an fp32 model: torch attention — fp32 Triton attention tiles spill
+                                     registers; engine.attention=triton still runs them, with a warning)
     auto on CPU:                     torch attention, dynamic steps, a pool that grows with need
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +30,8 @@ class Execution:
     grow_pool: bool  # the KV pool grows with need (CPU) instead of being allocated whole
 
 
-def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1) -> Execution:
+def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1,
+                      dtype: torch.dtype = torch.bfloat16) -> Execution:
     """tp_size > 1: CUDA graphs stay off by default (a captured step would hold the TP collectives).
     The names themselves (engine.attention, engine.exact, engine.sampler) were checked when the config was
     made (config/fields.py choices); here only combinations that cannot run on this device fail."""
@@ -41,9 +45,12 @@ def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1)
         kernels.require_triton("engine.exact=strict")
         attention = "triton"
     elif attention == "auto":
-        attention = "triton" if cuda and kernels.HAS_TRITON else "torch"
+        attention = "triton" if cuda and kernels.HAS_TRITON and dtype != torch.float32 else "torch"
     elif attention == "triton":
         kernels.require_triton("engine.attention=triton")
+    if cuda and attention == "triton" and dtype == torch.float32:
+        warnings.warn("fp32 Triton attention on CUDA spills registers (slow; docs/results.md, the AOT table): "
+                      "model.dtype=auto or bfloat16 runs the fast path", stacklevel=2)
     graphs = cfg.cuda_graphs
     if graphs and not cuda:
         raise UserError(f"engine.cuda_graphs=true needs a CUDA device (the model is on {device.type}); "

@@ -81,6 +81,12 @@ def _shapes():
                             kernels.paged_attention(z(B, T, h, hd, dtype=dt), z(256, kv, hd, dtype=dt), z(256, kv, hd, dtype=dt),
                                                     z(B, 8, dtype=torch.int32), z(B, dtype=torch.int32),
                                                     torch.full((B,), T, dtype=torch.int32), 16, hd ** -0.5)))
+            # the long tail: one request split over its context's chunks (+ the combine kernel)
+            out.append((f"paged_attention split D={hd} G={heads // kv} T=1 {d}", lambda h=heads, kv=kv, hd=hd, dt=dt:
+                        kernels.paged_attention(z(1, 1, h, hd, dtype=dt), z(2048, kv, hd, dtype=dt),
+                                                z(2048, kv, hd, dtype=dt), z(1, 128, dtype=torch.int32),
+                                                z(1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), 16,
+                                                hd ** -0.5, split=True)))
             out.append((f"store_kv D={hd} {d}", lambda kv=kv, hd=hd, dt=dt: kernels.store_kv(
                 z(4, kv, hd, dtype=dt), z(4, kv, hd, dtype=dt), z(64, kv, hd, dtype=dt), z(64, kv, hd, dtype=dt),
                 torch.arange(4))))

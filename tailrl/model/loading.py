@@ -26,9 +26,12 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """model.dtype -> a torch dtype; auto is bfloat16 on CUDA (the fast kernels' dtype), float32 elsewhere."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype '{dtype}'; valid: {', '.join(DTYPES)}")
     return DTYPES[dtype]
@@ -157,7 +160,7 @@ def load(path: str | Path, dtype: str | torch.dtype = "float32", device: str = "
     """Load a checkpoint as (native model in eval mode, HF tokenizer or None); device: auto | cpu | cuda[:N]."""
     device = resolve_device(device)
     folder, gguf_file = resolve(str(path), gguf_file)
-    dt = resolve_dtype(dtype)
+    dt = resolve_dtype(dtype, device)
     if gguf_file is not None:
         folder, gguf_file = _converted_gguf(folder, gguf_file), None
     if not _safetensor_files(folder):

@@ -68,11 +68,12 @@ class Trainer:
         # torchrun on CUDA loaded on the CPU: fully_shard moves each rank's shard to its GPU
         model, self.tokenizer = load(cfg.model.path, dtype="float32",
                                      device="cpu" if ctx.enabled and here.startswith("cuda") else here)
-        self.hf_config = args_to_hf_config(model.args) | {"torch_dtype": cfg.model.dtype}
+        dtype = str(resolve_dtype(cfg.model.dtype, here)).removeprefix("torch.")  # model.dtype=auto resolved here
+        self.hf_config = args_to_hf_config(model.args) | {"torch_dtype": dtype}
         self.reference = None
         if cfg.algo.kl_coef > 0:  # the initial policy, frozen (a full replica in model.dtype on every rank)
-            self.reference = clone_model(model, resolve_dtype(cfg.model.dtype), here).eval().requires_grad_(False)
-        self.policy = Policy(model, cfg.model.dtype, ctx, cfg.train.activation_checkpointing,
+            self.reference = clone_model(model, resolve_dtype(dtype), here).eval().requires_grad_(False)
+        self.policy = Policy(model, dtype, ctx, cfg.train.activation_checkpointing,
                              strict=cfg.engine.exact == "strict", device=here)
         self.dataset = load_dataset(cfg.data)
         self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)

@@ -99,7 +99,9 @@ def test_execution_errors_are_one_line(model, monkeypatch):
     monkeypatch.setattr(kernels, "HAS_TRITON", False)
     with pytest.raises(UserError, match="engine.attention=triton: Triton is not installed"):
         build(attention="triton")
-    assert build().execution.attention == ("triton" if DEVICE == "cuda" else "torch")  # auto
+    # auto: triton on CUDA unless the model is fp32 (its attention tiles spill registers there)
+    model_fp32 = next(build().model.parameters()).dtype == torch.float32
+    assert build().execution.attention == ("triton" if DEVICE == "cuda" and not model_fp32 else "torch")
 
 
 def test_defaults_on_a_cuda_device(monkeypatch):
@@ -118,6 +120,10 @@ def test_defaults_on_a_cuda_device(monkeypatch):
     assert (ex.static, ex.graphs) == (False, False)
     assert resolve_execution(EngineConfig(static_decode=True), cuda, tp_size=2).static
     assert resolve_execution(EngineConfig(attention="torch"), cuda).graphs is False
+    # fp32 on CUDA: auto takes the dense path; asking for Triton still runs it, with a one-line warning
+    assert resolve_execution(EngineConfig(), cuda, dtype=torch.float32).attention == "torch"
+    with pytest.warns(UserWarning, match="spills registers"):
+        assert resolve_execution(EngineConfig(attention="triton"), cuda, dtype=torch.float32).attention == "triton"
 
 
 def test_one_line_errors_through_the_cli(tmp_path, capsys):

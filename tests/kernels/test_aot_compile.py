@@ -45,14 +45,14 @@ def test_aot_every_kernel_compiles_for_sm80_and_sm90(rows):
     assert {r["target"] for r in rows} == {"sm_80", "sm_90"}
     assert [r for r in rows if not r["ok"]] == []
     assert [r for r in rows if r["shared_bytes"] > SHARED_LIMIT[int(r["target"][3:])]] == []
-    spilling = {(r["call"], r["target"]) for r in rows if r["spill_bytes"] and "bfloat16" in r["call"]}
-    # known, the split-context attention kernel of the GPU long-tail issue replaces it: the head_dim-128
-    # attention tile spills in bf16; nothing else may
-    assert {call for call, _ in spilling} <= {f"paged_attention D=128 G={g} T=1 bfloat16" for g in (1, 6, 8)}
+    # bf16 (the CUDA default): no spills on sm_90; on sm_80 ptxas spills at most a few words of the head_dim-128
+    # attention tile (8 warps hold its two fp32 accumulators)
+    spills = {(r["call"], r["target"]): r["spill_bytes"] for r in rows if r["spill_bytes"] and "bfloat16" in r["call"]}
+    assert [k for k in spills if k[1] == "sm_90"] == []
+    assert all(k[0].startswith("paged_attention") and "D=128" in k[0] and b <= 64 for k, b in spills.items()), spills
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="bf16 paged attention at head_dim 128 spills (388-776 B on sm_80/90): "
-                   "the split-context kernel of the GPU long-tail issue is to fix it")
-def test_aot_bf16_paged_attention_has_no_spills(rows):
-    assert [r for r in rows if r["spill_bytes"] and "bfloat16" in r["call"]] == []
+def test_aot_split_context_attention_compiles_with_its_combine_kernel(rows):
+    split = {(r["kernel"], r["target"]) for r in rows if r["call"].startswith("paged_attention split")}
+    assert split == {(k, t) for k in ("_paged_attention_kernel", "_combine_kernel") for t in ("sm_80", "sm_90")}
