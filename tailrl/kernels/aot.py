@@ -100,6 +100,9 @@ def _shapes():
             for M in (1, 64):
                 out.append((f"matmul M={M} K={hidden} N={inter} {d}", lambda M=M, hidden=hidden, inter=inter, dt=dt:
                             kernels.matmul_invariant(z(M, hidden, dtype=dt), z(inter, hidden, dtype=dt))))
+            # decode's down projection split over K (+ the reduce kernel)
+            out.append((f"matmul split M=1 K={inter} N={hidden} {d}", lambda hidden=hidden, inter=inter, dt=dt:
+                        kernels.matmul_invariant(z(1, inter, dtype=dt), z(hidden, inter, dtype=dt), split=True)))
             out.append((f"token_logprobs V={vocab} {d}", lambda vocab=vocab, dt=dt: kernels.token_logprobs_invariant(
                 z(4, vocab, dtype=dt), torch.zeros(4, dtype=torch.long), 1.0)))
             out.append((f"log_softmax V={vocab} {d}", lambda vocab=vocab, dt=dt: kernels.log_softmax_invariant(

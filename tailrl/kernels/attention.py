@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tailrl.kernels.numerics import INTERPRET, dot_f32, from_f32, next_pow2
+from tailrl.kernels.numerics import INTERPRET, dot_f32, from_f32, next_pow2, sm_count
 
 # positions never reach this, so "no window" is a window that reaches before position 0
 _NO_WINDOW = 1 << 30
@@ -240,16 +240,6 @@ def _combine_kernel(
     _store_out(out_ptr, b, t, head, row_ok, d, d_ok, o_sb, o_st, o_sh, T, ACC, L, EMULATE)
 
 
-def _sm_count(device: torch.device) -> int:
-    """Multiprocessors of a CUDA device (0 elsewhere: the CPU never splits unless asked)."""
-    if device.type != "cuda":
-        return 0
-    return _SM_COUNT.setdefault(device.index or 0, torch.cuda.get_device_properties(device).multi_processor_count)
-
-
-_SM_COUNT: dict[int, int] = {}
-
-
 def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
                     starts: torch.Tensor, q_lens: torch.Tensor, block_size: int, scale: float,
                     sliding_window: int = 0, out: torch.Tensor | None = None, split: bool | None = None) -> torch.Tensor:
@@ -292,7 +282,7 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     # the table's width bounds every row's context: the chunk count is known without reading the device
     n_chunks = triton.cdiv(block_tables.shape[1] * block_size, CHUNK)
     if split is None:
-        split = row_tiles == 1 and n_chunks > 1 and B * Hkv < _sm_count(q.device)
+        split = row_tiles == 1 and n_chunks > 1 and B * Hkv < sm_count(q.device)
     elif split and row_tiles != 1:
         raise ValueError(f"paged_attention: split needs T x G <= {block_m} (got {T} x {G})")
     if split:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 import triton
 import triton.language as tl
 
@@ -70,3 +71,14 @@ def dot_f32(a, b, EMULATE: tl.constexpr):
         return tl.sum(to_f32(a, EMULATE)[:, :, None] * to_f32(b, EMULATE)[None, :, :], axis=1)
     else:
         return tl.dot(a, b, input_precision="ieee")
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device: torch.device) -> int:
+    """Multiprocessors of a CUDA device, for the split-or-not choice of the split-K / split-context paths
+    (0 elsewhere: the CPU never splits unless asked)."""
+    if device.type != "cuda":
+        return 0
+    return _SM_COUNT.setdefault(device.index or 0, torch.cuda.get_device_properties(device).multi_processor_count)

@@ -75,13 +75,13 @@ def test_split_is_chosen_for_a_grid_smaller_than_the_gpu(chunk64, monkeypatch):
     kw = case.batch(DECODE)
     base = paged_attention(**kw)  # a CPU has no SMs to fill: never split unless asked
     assert calls == []
-    monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(attention, "sm_count", lambda device: 132)
     assert torch.equal(paged_attention(**kw), base) and calls == [(4, 2)]  # B x Hkv = 8 < 132
-    monkeypatch.setattr(attention, "_sm_count", lambda device: 8)
+    monkeypatch.setattr(attention, "sm_count", lambda device: 8)
     paged_attention(**kw)
     assert calls == [(4, 2)]  # a grid that fills the GPU splits nothing
     prefill = case.batch([(0, 200, 40)])
-    monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(attention, "sm_count", lambda device: 132)
     paged_attention(**prefill)
     assert calls == [(4, 2)]  # several row tiles: never split
     with pytest.raises(ValueError, match="split needs"):
