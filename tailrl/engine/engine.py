@@ -134,6 +134,7 @@ class Engine:
             seq = sch.waiting.popleft()
             self._fail(seq, f"sequence of {len(seq.tokens)} tokens exceeds the KV cache")
         self.trace.preemptions = sch.preemptions
+        self.trace.graph_captures = self.runner.captures
         return self._finished
 
     def _prefill(self, admitted: list[Sequence]) -> None:
@@ -309,9 +310,8 @@ class Engine:
 
     def release_kv(self) -> None:
         """Free the KV pool between rollouts (the trainer's update can use the memory); the next generate()
-        allocates it again at the same size, and static decode steps capture their graphs again (the pool's
-        address changed). Idempotent."""
-        self.runner.reset_graphs()
+        allocates it again at the same size. Captured graphs are kept: reused if the pool comes back at the
+        same address, captured again if not (engine/runner.py). Idempotent."""
         self.cache.release()
         if self.cache.kv.is_cuda:
             torch.cuda.empty_cache()  # hand the pool's memory back so the update's allocator can reuse it

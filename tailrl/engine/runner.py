@@ -9,8 +9,14 @@ forward function:
                     engine.static_decode=false), else the dynamic forward + sample; one host copy
 
 Execution only: which rows run and what is done with the tokens is the scheduler's and the engine's
-business. Graphs are captured lazily per (bucket, sampling flags[, strict temperatures]) into one shared
-memory pool; reset_graphs() forgets them when the KV pool moves.
+business.
+
+Graphs are captured lazily into one shared memory pool, keyed by (bucket: padded batch size, sampling flags
+(top-k on, top-p on, greedy rows present), strict mode's distinct temperatures): a handful per bucket in
+practice, at most MAX_GRAPHS in all — a step whose key would exceed it runs the same static step eagerly.
+A graph holds the addresses of the KV pool, the static buffers and the weights (updated in place by the
+trainer): the graphs survive release_kv() and are reused across RL steps whenever the pool comes back at
+the same address, and are forgotten (captured again on use) when it does not. `captures` counts them.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from tailrl.engine.sampling.keyed import KeyedSampler
 from tailrl.engine.sampling.rows import invariant_logprobs, pack, sample_rows, seq_flags, to_host, unpack
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.static_step import Buffers, StaticBuffers
+
+
+MAX_GRAPHS = 64  # captured graphs at most (each holds its bucket's activations in the shared pool)
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,8 @@ class ModelRunner:
                        if decode is not None and decode.static else None)
         self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self.pool = None  # the graphs' shared memory pool
+        self.graph_kv_ptr: int | None = None  # the KV pool's address the graphs were captured with
+        self.captures = 0  # graphs captured so far (telemetry: engine/graph_captures)
 
     def _run_model(self, ids: torch.Tensor, positions: torch.Tensor, meta, index: torch.Tensor) -> torch.Tensor:
         """The model's forward over the paged cache: ids / positions (B, T), logits at index (B, R) as float."""
@@ -93,8 +104,11 @@ class ModelRunner:
             flags = seq_flags(ready)
             # strict logprobs are computed per distinct temperature: part of what a graph captures
             temps = tuple(sorted({s.request.params.temperature for s in ready})) if setup.strict else ()
-            if setup.graphs:
-                graph, out = self._graph(bufs, flags, temps)
+            if self.graphs and self.cache.kv.data_ptr() != self.graph_kv_ptr:
+                self.reset_graphs()  # the pool came back elsewhere: every graph points at the old one
+            key = (bufs.nb, flags, temps)
+            if setup.graphs and (key in self.graphs or len(self.graphs) < MAX_GRAPHS):
+                graph, out = self._graph(bufs, key)
                 graph.replay()
             else:
                 out = self._static_step(bufs, flags, temps)
@@ -117,26 +131,33 @@ class ModelRunner:
             logps = invariant_logprobs(logits, tokens, floats[:, 0], set(temps))
         return pack(tokens, logps)
 
-    def _graph(self, bufs: Buffers, flags, temps) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """The bucket's graph for these sampling flags, captured on first use: two warm-up runs on a side
-        stream (Triton compiles, the allocator settles), then capture into the shared pool. The warm-ups
-        use this step's own rows, so the K/V they write is what the replay writes again."""
-        key = (bufs.nb, flags, temps)
+    def _graph(self, bufs: Buffers, key: tuple):
+        """The graph of key (bucket, sampling flags, strict temperatures), captured on first use; (graph, out)."""
         if key not in self.graphs:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._static_step(bufs, flags, temps)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = self._static_step(bufs, flags, temps)
-            self.pool = graph.pool()
-            self.graphs[key] = (graph, out)
+            _, flags, temps = key
+            self.graphs[key] = self._capture(lambda: self._static_step(bufs, flags, temps))
+            self.graph_kv_ptr = self.cache.kv.data_ptr()
+            self.captures += 1
         return self.graphs[key]
+
+    def _capture(self, step) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """Two warm-up runs of step on a side stream (Triton compiles, the allocator settles), then its
+        capture into the shared pool. The warm-ups use this step's own rows, so the K/V they write is what
+        the replay writes again."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = step()
+        self.pool = graph.pool()
+        return graph, out
 
     def reset_graphs(self) -> None:
         """Forget the captured graphs (the KV pool moved); they are captured again on next use."""
         self.graphs.clear()
         self.pool = None
+        self.graph_kv_ptr = None

@@ -56,6 +56,7 @@ class RolloutTrace:
     b1_step_s: float | None = None  # calibrated batch-1 decode step time (fallback)
     tau: float = DEFAULT_TAU
     preemptions: int = 0
+    graph_captures: int = 0  # CUDA graphs the engine has captured so far (all rollouts: flat once reused)
     spec: dict[str, float] = field(default_factory=dict)  # speculation metrics (spec/...), empty when off
 
     # -- raw ------------------------------------------------------------------------------------
@@ -126,6 +127,7 @@ class RolloutTrace:
             "rollout/tail_phase_frac": self.tail_phase_frac(),
             "rollout/tail_efficiency": self.tail_efficiency(),
             "rollout/preemptions": float(self.preemptions),
+            "rollout/graph_captures": float(self.graph_captures),
             "response_length/mean": statistics.mean(lengths) if lengths else 0.0,
             "response_length/max": float(max(lengths)) if lengths else 0.0,
         }
