@@ -33,7 +33,6 @@ from tailrl.engine.sampling.rows import invariant_logprobs, pack, sample_rows, s
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.static_step import Buffers, StaticBuffers
 
-
 MAX_GRAPHS = 64  # captured graphs at most (each holds its bucket's activations in the shared pool)
 
 

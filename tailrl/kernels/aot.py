@@ -172,7 +172,7 @@ def problems(rows: list[dict]) -> list[str]:
         arch = int(r["target"][3:])
         if not r["ok"]:
             bad.append(f"{r['call']} / {r['kernel']} / {r['target']}: {r['error']}")
-        elif r["spill_bytes"] and ("bf16" in r["call"] or "fp16" in r["call"]):
+        elif r["spill_bytes"] and ("bfloat16" in r["call"] or "float16" in r["call"].replace("bfloat16", "")):
             bad.append(f"{r['call']} / {r['kernel']} / {r['target']}: {r['spill_bytes']} bytes of register spills")
         elif r["shared_bytes"] > SHARED_LIMIT[arch]:
             bad.append(f"{r['call']} / {r['kernel']} / {r['target']}: {r['shared_bytes']} bytes of shared memory")

@@ -86,7 +86,7 @@ def log_softmax_invariant(x: torch.Tensor, temperature: float = 1.0) -> torch.Te
     y = torch.empty(N, V, dtype=torch.float32, device=x.device)
     if N and V:
         _log_softmax_kernel[(N,)](x, y, V, x.stride(0), V, float(temperature), BLOCK_V=softmax_block(V), EMULATE=INTERPRET,
-                                  num_warps=8)
+                                  num_warps=4)
     return y
 
 
@@ -102,5 +102,5 @@ def token_logprobs_invariant(logits: torch.Tensor, targets: torch.Tensor, temper
     y = torch.empty(N, dtype=torch.float32, device=logits.device)
     if N:
         _token_logprob_kernel[(N,)](logits, targets, y, V, logits.stride(0), float(temperature),
-                                    BLOCK_V=softmax_block(V), EMULATE=INTERPRET, num_warps=8)
+                                    BLOCK_V=softmax_block(V), EMULATE=INTERPRET, num_warps=4)
     return y

@@ -45,11 +45,9 @@ def test_aot_every_kernel_compiles_for_sm80_and_sm90(rows):
     assert {r["target"] for r in rows} == {"sm_80", "sm_90"}
     assert [r for r in rows if not r["ok"]] == []
     assert [r for r in rows if r["shared_bytes"] > SHARED_LIMIT[int(r["target"][3:])]] == []
-    # bf16 (the CUDA default): no spills on sm_90; on sm_80 ptxas spills at most a few words of the head_dim-128
-    # attention tile (8 warps hold its two fp32 accumulators)
-    spills = {(r["call"], r["target"]): r["spill_bytes"] for r in rows if r["spill_bytes"] and "bfloat16" in r["call"]}
-    assert [k for k in spills if k[1] == "sm_90"] == []
-    assert all(k[0].startswith("paged_attention") and "D=128" in k[0] and b <= 64 for k, b in spills.items()), spills
+    # bf16 (the CUDA default): no register spills anywhere (tile sizes and warps chosen for it; the same
+    # holds with Triton 3.6, the GPU image's version: docs/results.md)
+    assert [(r["call"], r["target"], r["spill_bytes"]) for r in rows if r["spill_bytes"] and "bfloat16" in r["call"]] == []
 
 
 @pytest.mark.slow

@@ -71,6 +71,6 @@ def test_paged_attention_writes_into_out():
 
 
 def test_tiles_come_from_head_dim_and_group_only():
-    assert attention_blocks(128, 1) == (32, 64)
+    assert attention_blocks(128, 1) == (32, 32)
     assert attention_blocks(64, 8) == (32, 64)
     assert attention_blocks(256, 64) == (64, 32)
