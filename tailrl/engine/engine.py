@@ -34,15 +34,20 @@ from tailrl.engine.sequence import Sequence
 from tailrl.engine.stops import finish_reason
 from tailrl.engine.strategy import DecodeStrategy, PlainDecode
 from tailrl.engine.telemetry import RequestRecord, RolloutTrace, StepRecord
+from tailrl.engine.turns import Turns, append_observation
 from tailrl.tail import DEFAULT_TAU
 
 
 class Engine:
     def __init__(self, model, config: EngineConfig | None = None, eos_ids: Iterable[int] = (),
                  detokenize: Callable[[list[int]], str] | None = None, tau: float = DEFAULT_TAU,
-                 clock: Clock | None = None, strategy: Callable[[Engine], DecodeStrategy] = PlainDecode):
+                 clock: Clock | None = None, strategy: Callable[[Engine], DecodeStrategy] = PlainDecode,
+                 turns: Turns | None = None):
         """strategy: builds the DecodeStrategy from the engine (PlainDecode; a speculative one from
-        tailrl.speculative.build_engine, which an engine.spec.method other than none requires)."""
+        tailrl.speculative.build_engine, which an engine.spec.method other than none requires).
+        turns: multi-turn rollouts (engine/turns.py): sequences that end a turn are parked until their
+        observation is ready, then resume."""
+        self.turns = turns
         self.model = model
         self.config = config = config or EngineConfig()
         self.max_model_len = config.max_model_len or model.args.max_position_embeddings
@@ -121,6 +126,8 @@ class Engine:
         self._ensure_kv()
         self._finished = []
         sch = self.scheduler
+        if sch.parked:  # nothing else to run: wait a little for an observation instead of spinning
+            self._resume(0.0 if sch.waiting or sch.running else 0.01)
         admitted = sch.admit()
         if admitted:
             self._prefill(admitted)
@@ -213,10 +220,27 @@ class Engine:
         """Append one sampled token; finish the sequence when it stops. Returns whether it finished."""
         seq.tokens.append(token)
         seq.logprobs.append(logprob)
+        if seq.token_mask is not None:
+            seq.token_mask.append(1)
         reason = finish_reason(seq, self.eos_ids, self.max_model_len, self.detokenize)
-        if reason is not None:
+        if reason == "stop" and self.turns is not None and self.turns.end_turn(seq):
+            self.scheduler.running.remove(seq)  # parked: its blocks stay, it leaves the decode batch
+            self.scheduler.parked[seq.seq_id] = seq
+        elif reason is not None:
             self._finish(seq, reason)
         return reason is not None
+
+    def _resume(self, timeout: float) -> None:
+        """Parked sequences whose observation is ready: observation appended, queued for its prefill (over
+        the cached prefix), or finished when the observation ends the rollout or exhausts its budget."""
+        for seq, tokens in self.turns.ready(timeout):
+            del self.scheduler.parked[seq.seq_id]
+            if tokens is None:
+                self._finish(seq, "stop")
+            elif append_observation(seq, tokens, self.max_model_len):
+                self.scheduler.add(seq)
+            else:
+                self._finish(seq, "length")
 
     def _sample_and_advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         for s, t, lp in zip(seqs, *to_host(*self.sample(seqs, logits))):  # one device-to-host copy
@@ -235,6 +259,9 @@ class Engine:
     def export_unfinished(self, with_kv: bool = True) -> list[tuple[Sequence, torch.Tensor | None]]:
         """Take every unfinished sequence out of this engine, with a copy of its cached K/V when asked
         (None for waiting ones: nothing cached); their cache blocks are freed."""
+        if self.scheduler.parked:
+            raise RuntimeError("moving sequences to another engine while multi-turn sequences are parked "
+                               "(waiting for an observation) is not supported")
         sch, out = self.scheduler, []
         for seq in sorted(sch.running, key=lambda s: s.admitted_at) + list(sch.waiting):
             kv = self.cache.read(seq.seq_id, seq.num_cached) if with_kv and seq.num_cached else None
@@ -265,7 +292,7 @@ class Engine:
         seq.finish_reason, seq.error, seq.t_finish = reason, error, self.now()
         self.strategy.release(seq)
         r = Rollout(seq.request.uid, seq.sample_index, seq.tokens[: seq.num_prompt], seq.generated, seq.logprobs,
-                    reason, error, seq.t_start, seq.t_finish)
+                    reason, error, seq.t_start, seq.t_finish, seq.token_mask, seq.turns)
         self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason,
                                                  seq.num_prompt))
         self._finished.append(r)

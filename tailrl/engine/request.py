@@ -43,6 +43,8 @@ class Rollout:
     error: str | None = None
     t_start: float = 0.0  # seconds since the rollout began: admitted
     t_finish: float = 0.0
+    token_mask: list[int] | None = None  # multi-turn: 1 sampled token, 0 observation token (logprob NaN)
+    turns: int = 0  # observations the rollout received (engine/turns.py)
 
     @property
     def num_tokens(self) -> int:

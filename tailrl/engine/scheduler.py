@@ -23,6 +23,7 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order (admitted_at increasing): no per-step sort
+        self.parked: dict[int, Sequence] = {}  # multi-turn: waiting for an observation, K/V kept while room lasts
         self.preemptions = 0
         self._admissions = 0
 
@@ -30,7 +31,7 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.parked)
 
     def admit(self) -> list[Sequence]:
         """Admit waiting sequences for a prefill forward. Returns the admitted ones; siblings that will
@@ -46,10 +47,16 @@ class Scheduler:
             if parent is not None:
                 need_blocks, need_tokens = 1, 0  # copy-on-write of the shared partial block, later
             else:
-                need_blocks = self.cache.blocks_for(len(seq.tokens) + 1)
+                # a resumed multi-turn sequence still holds its prefix's blocks (engine/turns.py)
+                held = len(self.cache.tables.get(seq.seq_id, ()))
+                need_blocks = max(0, self.cache.blocks_for(len(seq.tokens) + 1) - held)
                 need_tokens = seq.pending
             if admitted and (need_blocks > free or need_tokens > budget):
                 break
+            if need_blocks > free and not self.running:
+                free += self._evict_idle(need_blocks - free, keep=seq)  # idle K/V goes before a deadlock
+                need_blocks = max(0, self.cache.blocks_for(len(seq.tokens) + 1)
+                                  - len(self.cache.tables.get(seq.seq_id, ())))
             if need_blocks > free:
                 break  # nothing admitted yet: wait for running sequences to free blocks
             self.waiting.popleft()
@@ -90,6 +97,8 @@ class Scheduler:
             if seq.seq_id in preempted:
                 continue  # preempted below while making room for an older one
             while not self.cache.can_ensure(seq.seq_id, seq.num_cached, n):
+                if self._evict_idle(1, keep=seq):
+                    continue  # a parked or queued sequence's K/V made the room
                 victim = max(self.running, key=lambda s: s.admitted_at)
                 if victim is seq and len(self.running) == 1:
                     impossible.append(seq)
@@ -102,6 +111,24 @@ class Scheduler:
             else:
                 self.cache.ensure(seq.seq_id, seq.num_cached, n)
         return list(self.running), impossible
+
+    def _evict_idle(self, blocks: int, keep: Sequence) -> int:
+        """Free the K/V of idle sequences — parked (multi-turn) first, then queued ones still holding blocks —
+        newest first, until `blocks` blocks are free or none is left; they are recomputed when they run
+        again. Returns the blocks freed."""
+        idle = sorted(self.parked.values(), key=lambda s: -s.admitted_at) + [
+            s for s in reversed(self.waiting) if s is not keep]
+        freed = 0
+        for s in idle:
+            if freed >= blocks:
+                break
+            held = len(self.cache.tables.get(s.seq_id, ()))
+            if held:
+                self.cache.free(s.seq_id)
+                s.num_cached = 0
+                self.preemptions += 1
+                freed += held
+        return freed
 
     def preempt(self, seq: Sequence) -> None:
         self.cache.free(seq.seq_id)

@@ -24,6 +24,8 @@ class Sequence:
     t_finish: float = 0.0
     admitted_at: int = -1  # admission counter: preemption takes the newest first
     group_parent: Sequence | None = None  # sibling whose prompt KV this one forks instead of prefilling
+    token_mask: list[int] | None = None  # per generated token: 1 sampled, 0 an observation (multi-turn only)
+    turns: int = 0  # observations appended (engine/turns.py)
     _key_prefix: int | None = field(default=None, repr=False)
 
     @property
