@@ -18,7 +18,7 @@ from tailrl.model.hub import find_known
 # the test files whose oracles honour TAILRL_TEST_DEVICE (tests/helpers.py): model parity with HF, kernels
 # against torch references, engine identity, static vs dynamic, graph vs eager, strict invariance
 CUDA_TESTS = ("tests/kernels", "tests/model/test_parity.py", "tests/engine/test_engine.py",
-              "tests/engine/test_execution.py", "tests/engine/test_static_sync.py")
+              "tests/engine/test_execution.py", "tests/engine/test_static_sync.py", "tests/engine/test_graph_reuse.py")
 DRY_TESTS = ("tests/kernels/test_invariance.py", "tests/model/test_parity.py")
 
 

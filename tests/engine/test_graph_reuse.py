@@ -80,3 +80,19 @@ def test_keys_beyond_the_cap_run_the_static_step_eagerly(monkeypatch):
     got, _ = _generate(eng)
     assert got == want and eng.runner.captures == 1 and len(eng.runner.graphs) == 1
     assert torch.is_tensor(next(iter(eng.runner.graphs.values()))[1])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="real CUDA graphs (the GPU kit's test tier)")
+def test_real_graphs_across_an_rl_step_on_cuda():
+    """On a GPU: real captures; after release_kv() the graphs are reused exactly when the pool's address
+    holds (the figure `rollout/graph_captures` reports), and tokens never change either way."""
+    model = tiny_native("llama", vocab=61)[0].to("cuda", torch.bfloat16)
+    eng = Engine(model, EngineConfig(kv_cache_tokens=512, block_size=4, max_batch_size=8), eos_ids=[2])
+    assert eng.execution.graphs
+    first, _ = _generate(eng, 0)
+    captures, ptr = eng.runner.captures, eng.cache.kv.data_ptr()
+    eng.release_kv()
+    again, _ = _generate(eng, 0)
+    assert again == first
+    moved = eng.cache.kv.data_ptr() != ptr
+    assert eng.runner.captures == (2 * captures if moved else captures)
