@@ -113,7 +113,7 @@ def test_close_leaves_no_processes_even_with_a_hung_call(trouble_spec):
     pool = RewardPool([trouble_spec], timeout_s=3600, workers=2)
     batch = pool.score(["p"] * 6, ["ok", "exit"] * 3, [{}] * 6)
     pids = {int(p) for p in batch.components["trouble/pid"] if p}
-    pids |= {proc.pid for proc in pool._procs}
+    pids |= set(pool.worker_pids())
     ticket = pool.submit(["p"], ["spin"], [{}])  # never returns, and the pool's own timeout never fires
     time.sleep(0.3)  # the call is running
     closer = threading.Thread(target=pool.close, daemon=True)
