@@ -142,7 +142,7 @@ def sampler_vs_head(device: str, dtype: torch.dtype, sampler: str, batch: int = 
 
 def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], context: int, steps: int, warmup: int,
                      device: str, dtype: str, tail: bool, tail_batch: int, tail_max_len: int, tail_median: float,
-                     tail_shape: str, repeat: int, overrides: dict, progress=print) -> dict:
+                     tail_shape: str, repeat: int, overrides: dict, progress=print, sampling_batch: int = 64) -> dict:
     dt = getattr(torch, dtype)
     gpu = _gpu_preset(device)
     res: dict = {"device": device, "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
@@ -152,12 +152,12 @@ def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], contex
         for b in batches:
             r = decode_step(model, b, context, steps, warmup, device, overrides)
             r["shape"] = shape
-            if gpu is not None:
+            if gpu is not None and shape in MODELS:
                 r["hbm_roofline"] = roofline_fraction(MODELS[shape], dt.itemsize, b, context, r["step_ms"], gpu)
             res["steps"].append(r)
             progress(f"{shape} B={b}: {r['step_ms']:.2f} ms/step")
         del model
-    res["sampling"] = sampler_vs_head(device, dt, engine_config(overrides, {}).sampler)
+    res["sampling"] = sampler_vs_head(device, dt, engine_config(overrides, {}).sampler, batch=sampling_batch)
     progress(f"sampling {res['sampling']['sampling_ms']:.2f} ms vs LM head {res['sampling']['lm_head_ms']:.2f} ms")
     if tail:
         spec = SMALL if tail_shape == "small" else MODELS[tail_shape]

@@ -81,8 +81,11 @@ def add(sub) -> None:
     q = bs.add_parser("engine", help="decode ms/step, kernels and syncs per step, HBM roofline per model shape and "
                       "batch; keyed sampling vs the LM head; the long-tailed workload vs HF generate")
     q.set_defaults(run=engine)
-    q.add_argument("--shapes", nargs="+", default=None, choices=["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"],
-                   help="model shapes (random weights); default: all three on CUDA, smollm2-135m on a CPU")
+    q.add_argument("--shapes", nargs="+", default=None,
+                   choices=["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "small", "tiny"],
+                   help="model shapes (random weights); default: the first three on CUDA, smollm2-135m on a CPU "
+                        "(small, tiny: 4- and 2-layer shapes for checking the harness)")
+    q.add_argument("--sampling-batch", type=int, default=64, help="rows of the keyed-sampling vs LM-head timing")
     q.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
     q.add_argument("--context", type=int, default=None, help="tokens per sequence (default 512 on CUDA, 128 on CPU)")
     q.add_argument("--steps", type=int, default=None, help="timed steps per batch (default 20 on CUDA, 5 on CPU)")
@@ -265,7 +268,7 @@ def engine(a) -> int:
     if cuda and not torch.cuda.is_available():
         raise UserError("--device cuda: this machine has no CUDA device")
     repeat = a.repeat or (2 if cuda else 1)
-    if min(a.batches) < 1 or a.warmup < 0 or repeat < 1 or a.tail_batch < 1 or a.tail_max_len < 8:
+    if min(a.batches) < 1 or a.warmup < 0 or repeat < 1 or a.tail_batch < 1 or a.tail_max_len < 8 or a.sampling_batch < 1:
         raise UserError("need batch sizes >= 1, --warmup >= 0, --repeat >= 1, --tail-batch >= 1, --tail-max-len >= 8")
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -276,7 +279,8 @@ def engine(a) -> int:
     run_engine_bench(a.out_dir, a.shapes or (["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["smollm2-135m"]),
                      a.batches, a.context or (512 if cuda else 128), a.steps or (20 if cuda else 5), a.warmup, device,
                      a.dtype or ("bfloat16" if cuda else "float32"), not a.no_tail, a.tail_batch, a.tail_max_len,
-                     a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), repeat, overrides)
+                     a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), repeat, overrides,
+                     sampling_batch=a.sampling_batch)
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0
 
