@@ -1,7 +1,10 @@
-"""Clipped policy-gradient loss per token and its aggregation, independent of the micro-batch split.
+"""The per-token loss and its aggregation, independent of the micro-batch split.
 
-per-token loss (TRL GRPOTrainer / veRL):  -min(ρ·A, clip(ρ, 1-ε_low, 1+ε_high)·A) + β·KL_k3
-with ρ = exp(logp - old_logp) and KL_k3 = exp(ref - logp) - (ref - logp) - 1.
+per-token loss (TRL GRPOTrainer / veRL):  w·pg + β·KL - c·H
+with pg a clipped surrogate (POLICY_LOSSES, algo/policy_losses.py: vanilla -min(ρ·A, clip(ρ, 1-ε_low,
+1+ε_high)·A), ρ = exp(logp - old_logp); or GSPO's sequence ratio), w the rollout-correction weight
+(algo/rollout_correction.py; 1 when off), KL a KL_ESTIMATORS estimate (algo/kl.py; k3 by default, 0 when the
+KL is in the reward) and H the token's entropy (entropy bonus c = algo.entropy_coef).
 
 Aggregation (AGGREGATIONS) is explicit. Each mode is a sum over micro-batches of terms normalised by
 whole-batch constants (`AggNorm`), so splitting a batch differently never changes loss or gradient:
@@ -17,6 +20,8 @@ from typing import Protocol
 
 import torch
 
+from tailrl.algo.kl import KLEstimator, k3
+from tailrl.algo.policy_losses import PolicyLoss, vanilla
 from tailrl.registry import Registry
 
 
@@ -64,21 +69,22 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm: AggNorm) 
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float,
-                ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> dict[str, torch.Tensor]:
-    """logp/old_logp/ref_logp: (S, T) per-token logprobs of the sampled tokens; adv: (S,).
-    Returns per-token tensors (S, T): loss, pg_loss, kl, ratio, clipped (bool: clipping active)."""
-    a = adv.unsqueeze(-1)  # (S, 1)
-    ratio = torch.exp(logp - old_logp)
-    clipped_ratio = ratio.clamp(1 - eps_low, 1 + eps_high)
-    pg = -torch.min(ratio * a, clipped_ratio * a)
-    clipped = ((ratio < 1 - eps_low) & (a < 0)) | ((ratio > 1 + eps_high) & (a > 0))
-    out = {"pg_loss": pg, "ratio": ratio, "clipped": clipped}
+                ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0, *, mask: torch.Tensor | None = None,
+                surrogate: PolicyLoss = vanilla, kl: KLEstimator = k3, is_weight: torch.Tensor | None = None,
+                entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> dict[str, torch.Tensor]:
+    """logp/old_logp/ref_logp: (S, T) per-token logprobs of the sampled tokens; adv: (S,); mask: (S, T) real
+    tokens (GSPO's per-sequence mean; default all); surrogate: a POLICY_LOSSES entry; kl: a KL_ESTIMATORS
+    entry; is_weight: (S, T) rollout-correction weights (no grad); entropy: (S, T) per-token entropy.
+    Returns per-token tensors (S, T): loss = is_weight * pg + kl_coef * kl - entropy_coef * entropy, and its
+    parts pg_loss (weighted), kl (the estimate whenever ref_logp is given, kl_coef 0 or not), ratio, clipped
+    (bool)."""
+    out = surrogate(logp, old_logp, adv, torch.ones_like(logp) if mask is None else mask, eps_low, eps_high)
+    pg = out["pg_loss"] if is_weight is None else out["pg_loss"] * is_weight
+    out["pg_loss"] = loss = pg
+    out["kl"] = kl(logp, ref_logp) if ref_logp is not None else torch.zeros_like(pg)  # logged even when not in the loss
     if ref_logp is not None and kl_coef != 0.0:
-        d = ref_logp - logp
-        kl = torch.exp(d) - d - 1
-        out["kl"] = kl
-        out["loss"] = pg + kl_coef * kl
-    else:
-        out["kl"] = torch.zeros_like(pg)
-        out["loss"] = pg
+        loss = loss + kl_coef * out["kl"]
+    if entropy is not None and entropy_coef != 0.0:
+        loss = loss - entropy_coef * entropy
+    out["loss"] = loss
     return out

@@ -1,4 +1,9 @@
-"""`tailrl demo`, `tailrl train`, `tailrl eval`: the training job and its evaluation."""
+"""`tailrl demo`, `tailrl train`, `tailrl eval`: the training job and its evaluation.
+
+`tailrl train` exits 0 when the run is done, 2 on a mistake a user can fix, 75 when SIGTERM / SIGINT /
+SIGUSR1 stopped it at a step boundary with a checkpoint (continue with --resume), 130 after a second
+Ctrl-C (stopped at once; the last checkpoint is intact). Under torchrun every rank exits the same way;
+`tailrl eval` there scores a shard of the prompts on each rank."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ def add(sub) -> None:
     p.add_argument("overrides", nargs="*", help="dotted overrides of the demo config, e.g. train.total_steps=20")
     p.add_argument("--out-dir", default=None, help="run directory (default runs/demo-<time>)")
 
-    p = sub.add_parser("train", help="GRPO / Dr.GRPO / DAPO training from a YAML config")
+    p = sub.add_parser("train", help="GRPO / Dr.GRPO / DAPO training from a YAML config (exit 75: stopped by a "
+                       "signal at a step boundary with a checkpoint; continue with --resume)")
     p.set_defaults(run=run_train)
     p.add_argument("config", nargs="?", help="YAML config (optional with --resume)")
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.lr=1e-6 rollout.group_size=8")
@@ -40,6 +46,7 @@ def run_train(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.config import load_config
     from tailrl.train.console import StepDisplay
+    from tailrl.train.stop import EXIT_STOPPED
     from tailrl.train.trainer import Trainer, resume_config, run_dir_for
 
     overrides = list(a.overrides)
@@ -57,7 +64,7 @@ def run_train(a) -> int:
     trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
     if not trainer.ctx.main:  # under torchrun rank 0 speaks for the job
         trainer.fit()
-        return 0
+        return EXIT_STOPPED if trainer.stopped else 0
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from rich.console import Console
 
@@ -70,6 +77,10 @@ def run_train(a) -> int:
         console.print(f"resumed at step {trainer.step_idx} from {trainer.last_checkpoint}")
     with StepDisplay(cfg.train.total_steps, trainer.step_idx, console) as display:
         trainer.fit(on_step=display)
+    if trainer.stopped:
+        console.print(f"stopped by {trainer.stopped} at step {trainer.step_idx}: checkpoint {trainer.last_checkpoint}; "
+                      f"continue with: tailrl train --resume {trainer.run_dir}", soft_wrap=True)  # one copyable line
+        return EXIT_STOPPED
     console.print(f"done: {trainer.step_idx} steps; checkpoint {trainer.last_checkpoint}; "
                   f"metrics {trainer.run_dir / 'metrics.jsonl'}")
     return 0
@@ -85,9 +96,11 @@ def run_eval(a) -> int:
     from tailrl.data.datasets import encode_example, load_dataset
     from tailrl.engine import SamplingParams
     from tailrl.model import load
+    from tailrl.model.loading import resolve_device
     from tailrl.rewards import build_reward
     from tailrl.speculative import build_engine
     from tailrl.train.checkpoint import latest_checkpoint
+    from tailrl.train.distributed import init_distributed, rank_device
     from tailrl.train.evaluate import evaluate
 
     cfg = load_config(a.config, a.overrides)
@@ -101,7 +114,9 @@ def run_eval(a) -> int:
         raise UserError("no model: pass --model or set model.path")
     if a.samples < 1:
         raise UserError("--samples must be >= 1")
-    model, tok = load(ref, dtype=cfg.model.dtype, device=cfg.model.device)
+    device = resolve_device(cfg.model.device)
+    ctx = init_distributed(device, cfg.train.dist_timeout_s)  # under torchrun: a shard of the prompts per rank
+    model, tok = load(ref, dtype=cfg.model.dtype, device=rank_device(device, ctx))
     ds = load_dataset(cfg.data, cfg.data.eval_source or cfg.data.source)
     examples = ds.examples[: a.prompts] if a.prompts else ds.examples
     r = cfg.rollout
@@ -109,8 +124,15 @@ def run_eval(a) -> int:
     params = SamplingParams(temperature=temp, top_p=r.top_p, max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop)
     engine = build_engine(model, tok, replace(cfg.engine))
     ks = tuple(k for k in (1, 2, 4, 8, 16, 32) if k <= a.samples)
-    out = evaluate(engine, tok, examples, lambda ex: encode_example(ex, tok, cfg.data.chat_template),
-                   build_reward(cfg.reward), a.samples, params, ks)
+    reward = build_reward(cfg.reward)
+    try:
+        out = evaluate(engine, tok, examples, lambda ex: encode_example(ex, tok, cfg.data.chat_template),
+                       reward, a.samples, params, ks, ctx=ctx)
+    finally:
+        reward.close()
+        engine.close()
+    if not ctx.main:
+        return 0
     for k, v in out.items():
         print(f"{k:28s} {v:.4f}")
     if a.out:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tailrl.config.fields import Section, opt
+from tailrl.errors import UserError
 from tailrl.tail import DEFAULT_TAU
 
 
@@ -181,15 +182,36 @@ class AlgoConfig(Section):
 
     key = "algo"
 
-    name: str = opt("grpo", "the preset filling the fields left unset",
-                    choices="tailrl.config.sections:ALGORITHM_PRESETS")
-    advantage: str | None = opt(None, "advantage estimator (tailrl.algo.ADVANTAGES)",
+    name: str = opt("grpo", "the preset filling the fields left unset: grpo | drgrpo | dapo | gspo (sequence-level "
+                    "ratio and clip) | rloo (leave-one-out baseline, KL in the reward) | reinforce_pp (REINFORCE++: "
+                    "batch-whitened returns, KL in the reward)", choices="tailrl.config.sections:ALGORITHM_PRESETS")
+    advantage: str | None = opt(None, "advantage estimator (tailrl.algo.ADVANTAGES; reinforce_pp_baseline: "
+                                "REINFORCE++ with the group mean subtracted first)",
                                 choices="tailrl.algo.advantages:ADVANTAGES")
+    policy_loss: str | None = opt(None, "policy-gradient surrogate (tailrl.algo.POLICY_LOSSES): vanilla (a ratio per "
+                                  "token, PPO / GRPO clip) | gspo (one length-normalised ratio per sequence, clipped "
+                                  "as a whole; equal to vanilla's gradient while the policy has not moved since the "
+                                  "rollout, i.e. in the first of ppo_epochs)",
+                                  choices="tailrl.algo.policy_losses:POLICY_LOSSES")
     loss_agg: str | None = opt(None, "loss aggregation over tokens and sequences (tailrl.algo.losses.AGGREGATIONS)",
                                choices="tailrl.algo.losses:AGGREGATIONS")
-    eps_low: float | None = opt(None, "PPO clip range below 1")
-    eps_high: float | None = opt(None, "PPO clip range above 1 (DAPO clip-higher: 0.28)")
-    kl_coef: float = opt(0.0, "beta of the k3 KL to a frozen reference (0: no reference model)")
+    eps_low: float | None = opt(None, "clip range below 1 (GSPO: 3e-4)")
+    eps_high: float | None = opt(None, "clip range above 1 (DAPO clip-higher: 0.28; GSPO: 4e-4)")
+    kl_coef: float = opt(0.0, "beta of the KL to a frozen reference (0: no reference model)")
+    kl_estimator: str | None = opt(None, "per-token KL estimate (tailrl.algo.KL_ESTIMATORS): k1 = logp - ref | k2 = "
+                                   "(logp - ref)^2 / 2 | k3 = exp(ref - logp) - (ref - logp) - 1 | abs = |logp - ref|",
+                                   choices="tailrl.algo.kl:KL_ESTIMATORS")
+    kl_in_reward: bool | None = opt(None, "true: subtract beta x the completion's summed KL from its reward before "
+                                    "the advantage (veRL use_kl_in_reward); false: add beta x KL to each token's "
+                                    "loss (veRL use_kl_loss, TRL beta)")
+    entropy_coef: float = opt(0.0, "entropy bonus: coef x each token's entropy is subtracted from its loss "
+                              "(actor/entropy is logged every step either way)")
+    rollout_correction: str = opt("none", "reweight each token's policy gradient by pi_trainer / pi_engine of the "
+                                  "sampled tokens (the train / inference gap): token_tis | seq_tis (truncated at "
+                                  "rollout_is_cap) | token_mis | seq_mis (weights above the cap masked to 0); "
+                                  "logs rollout/is_weight_mean and rollout/is_clipped_frac",
+                                  choices="tailrl.algo.rollout_correction:correction_choices")
+    rollout_is_cap: float = opt(2.0, "the cap C of rollout_correction (> 0)")
     ppo_epochs: int = opt(1, "update epochs per rollout batch (ratio vs the training forward's old logprobs)")
     dynamic_sampling: bool | None = opt(None, "DAPO: drop groups whose rewards have zero std and refill with new "
                                         "prompts")
@@ -199,14 +221,26 @@ class AlgoConfig(Section):
     overlong_penalty: float = opt(1.0, "penalty at the budget (a linear ramp over the buffer)")
     downsample: DownsampleConfig = opt(factory=DownsampleConfig, help="PODS down-sampling")
 
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.rollout_is_cap > 0:
+            raise UserError(f"algo.rollout_is_cap must be > 0, got {self.rollout_is_cap}")
+
+
+_TOKEN_CLIP = dict(policy_loss="vanilla", eps_low=0.2, eps_high=0.2, dynamic_sampling=False, overlong_buffer=0)
+_KL_IN_LOSS = dict(kl_estimator="k3", kl_in_reward=False)
+_KL_IN_REWARD = dict(kl_estimator="k1", kl_in_reward=True)  # veRL's rloo / reinforce++ recipes (kl_penalty=kl)
 
 ALGORITHM_PRESETS: dict[str, dict] = {
-    "grpo": dict(advantage="grpo", loss_agg="seq-mean-token-mean", eps_low=0.2, eps_high=0.2,
-                 dynamic_sampling=False, overlong_buffer=0),
-    "drgrpo": dict(advantage="drgrpo", loss_agg="seq-mean-token-sum-norm", eps_low=0.2, eps_high=0.2,
-                   dynamic_sampling=False, overlong_buffer=0),
-    "dapo": dict(advantage="grpo", loss_agg="token-mean", eps_low=0.2, eps_high=0.28, dynamic_sampling=True,
-                 overlong_buffer=-1),  # -1: a quarter of max_new_tokens
+    "grpo": dict(advantage="grpo", loss_agg="seq-mean-token-mean", **_TOKEN_CLIP, **_KL_IN_LOSS),
+    "drgrpo": dict(advantage="drgrpo", loss_agg="seq-mean-token-sum-norm", **_TOKEN_CLIP, **_KL_IN_LOSS),
+    "dapo": dict(advantage="grpo", policy_loss="vanilla", loss_agg="token-mean", eps_low=0.2, eps_high=0.28,
+                 dynamic_sampling=True, overlong_buffer=-1, **_KL_IN_LOSS),  # -1: a quarter of max_new_tokens
+    # GSPO §5.1 clip range; veRL's GSPO recipe aggregates seq-mean-token-mean
+    "gspo": dict(advantage="grpo", policy_loss="gspo", loss_agg="seq-mean-token-mean", eps_low=3e-4, eps_high=4e-4,
+                 dynamic_sampling=False, overlong_buffer=0, **_KL_IN_LOSS),
+    "rloo": dict(advantage="rloo", loss_agg="token-mean", **_TOKEN_CLIP, **_KL_IN_REWARD),
+    "reinforce_pp": dict(advantage="reinforce_pp", loss_agg="token-mean", **_TOKEN_CLIP, **_KL_IN_REWARD),
 }
 
 
@@ -230,6 +264,10 @@ class TrainConfig(Section):
                                                 "again for the next rollout (unset: on with CUDA)")
     dist_timeout_s: float = opt(7200.0, "torchrun: seconds a collective may wait for the other ranks (a rank "
                                 "with a long rollout tail is waited for; a hung rank fails the job after this)")
+    stop_grace_s: float = opt(25.0, "after SIGTERM / SIGINT / SIGUSR1 the step finishes and is checkpointed; a "
+                              "rollout that would keep it past this many seconds (less the last step's update, "
+                              "evaluation and save time) is abandoned and the run rolls back to the step's start "
+                              "(torchrun and SLURM kill 30 s after their SIGTERM: keep it below that)")
     lr: float = opt(1e-6, "AdamW learning rate")
     weight_decay: float = opt(0.0, "AdamW weight decay")
     adam_betas: tuple[float, ...] = opt((0.9, 0.999), "AdamW betas")
@@ -271,7 +309,7 @@ class Config(Section):
     rollout: RolloutConfig = opt(factory=RolloutConfig, help="sampling")
     data: DataConfig = opt(factory=DataConfig, help="the prompt dataset")
     reward: RewardConfig = opt(factory=RewardConfig, help="verifiable rewards")
-    algo: AlgoConfig = opt(factory=AlgoConfig, help="GRPO / Dr.GRPO / DAPO, PODS")
+    algo: AlgoConfig = opt(factory=AlgoConfig, help="GRPO / Dr.GRPO / DAPO / GSPO / RLOO / REINFORCE++, PODS")
     train: TrainConfig = opt(factory=TrainConfig, help="optimisation, budgets, checkpoints, logging")
     control: ControlConfig = opt(factory=ControlConfig, help="group-size controller (static | SAGC)")
 

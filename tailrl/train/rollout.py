@@ -6,10 +6,15 @@ decoding; after the rollout only the tail's scoring is left (`timing_s/reward`).
 generates and scores its share of the requests (uids are global) and the groups are all-gathered, so every
 rank shapes the same groups (train/distributed.py). Groups (train/groups.py) carry everything later stages
 need; no loose dicts cross into the update.
+
+With a stop guard (train/stop.py) the generation and the wait for its rewards may be abandoned at a stop's
+deadline; the ranks learn it at the same gather that shares the groups, so either every rank abandons the
+step or none does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -17,6 +22,7 @@ from tailrl.engine import Engine, Request, Rollout, RolloutTrace, SamplingParams
 from tailrl.train.distributed import SINGLE, DistContext
 from tailrl.train.groups import Group
 from tailrl.train.shaping import Shaper
+from tailrl.train.stop import StepAbandoned, StopSignals
 
 
 @dataclass
@@ -33,8 +39,9 @@ class RolloutWorker:
     """Draws prompts, generates G samples each with the shared engine, scores them."""
 
     def __init__(self, engine: Engine, tokenizer, sampler, reward, encode, params: SamplingParams,
-                 ctx: DistContext = SINGLE):
+                 ctx: DistContext = SINGLE, guard: StopSignals | None = None):
         self.ctx = ctx
+        self.guard = guard  # a stop's deadline may abandon the rollout (None: never)
         self.engine = engine
         self.tokenizer = tokenizer
         self.sampler = sampler
@@ -53,6 +60,7 @@ class RolloutWorker:
             self.draws += 1
         finished: dict[int, list[Rollout]] = {}
         submitted: dict[int, tuple[list[Rollout], list[str], int]] = {}  # uid -> (rollouts, texts, ticket)
+        shield = self.guard.shield if self.guard else contextlib.nullcontext
 
         def on_finish(r: Rollout) -> None:  # error rollouts finish too, so every group completes
             done = finished.setdefault(r.uid, [])
@@ -61,22 +69,29 @@ class RolloutWorker:
                 rs = sorted(done, key=lambda x: x.sample_index)
                 texts = [self.tokenizer.decode(x.token_ids, skip_special_tokens=True) for x in rs]
                 ex = by_uid[r.uid]
-                submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
+                with shield():  # never cut a hand-over to the reward processes
+                    submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
 
         mine = self.ctx.share(list(zip(requests, examples, prompt_ids)))  # every request, in one process
-        _, trace = self.engine.generate([q for q, _, _ in mine], on_finish=on_finish)
-        t0 = time.perf_counter()
-        scored = [self.reward.result(submitted[q.uid][2]) for q, _, _ in mine]  # what the tail left to score
-        reward_s = time.perf_counter() - t0
-        groups = []
-        for (q, ex, ids), batch in zip(mine, scored):
-            rs, texts, _ = submitted[q.uid]
-            groups.append(Group(ex, ids, rs, texts, list(batch.scores), batch.components))
+        abandoned = None
+        try:
+            with self.guard.rollout() if self.guard else contextlib.nullcontext():
+                _, trace = self.engine.generate([q for q, _, _ in mine], on_finish=on_finish)
+                t0 = time.perf_counter()
+                scored = [self.reward.result(submitted[q.uid][2]) for q, _, _ in mine]  # what the tail left to score
+                reward_s = time.perf_counter() - t0
+        except StepAbandoned as e:  # this rank's share is dropped; the gather tells the others
+            scored, trace, reward_s, abandoned = [], None, 0.0, str(e)
+        groups = [Group(ex, ids, *submitted[q.uid][:2], list(batch.scores), batch.components)
+                  for (q, ex, ids), batch in zip(mine, scored)]
         errors, timeouts = sum(b.errors for b in scored), sum(b.timeouts for b in scored)
-        if self.ctx.enabled:  # every rank gets every group, in request order
-            parts = self.ctx.gather((groups, errors, timeouts))
+        if self.ctx.enabled:  # every rank gets every group, in request order (and learns every rank's abandon)
+            parts = self.ctx.gather((groups, errors, timeouts, abandoned))
             groups = sorted((g for p in parts for g in p[0]), key=lambda g: g.rollouts[0].uid)
             errors, timeouts = sum(p[1] for p in parts), sum(p[2] for p in parts)
+            abandoned = next((p[3] for p in parts if p[3]), None)
+        if abandoned:
+            raise StepAbandoned(abandoned)
         names = list(dict.fromkeys(k for g in groups for k in g.components))  # extras: 0.0 where unreported
         for g in groups:
             g.components = {k: g.components.get(k, [0.0] * len(g.rollouts)) for k in names}

@@ -6,13 +6,17 @@
     update(policy, kept) x ppo_epochs  (micro-batched; loss aggregation explicit)
     controller.observe(lengths); log; checkpoint
 
-The Trainer subclasses nothing; its parts (controller, engine, reward, sampler) are built here and
-could be injected by a caller.
+SIGTERM, SIGINT and SIGUSR1 stop the run at a step boundary with a checkpoint (train/stop.py): fit() returns
+with `stopped` set and `tailrl train` exits 75.
+
+The Trainer subclasses nothing; its parts (controller, engine, reward, sampler) are built here and could be
+injected by a caller.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import statistics
@@ -52,7 +56,8 @@ from tailrl.train.policy import Policy
 from tailrl.train.recipe import validate
 from tailrl.train.rollout import RolloutWorker, update_time_saved
 from tailrl.train.shaping import PodsSelect, Shaper
-from tailrl.train.update import TrainingDiverged, UpdateParams, batch_logprobs, update_step
+from tailrl.train.stop import StepAbandoned, StopSignals
+from tailrl.train.update import TrainingDiverged, UpdateParams, batch_logprobs, kl_reward_penalty, update_step
 
 
 class Trainer:
@@ -80,6 +85,8 @@ class Trainer:
         self.reward = build_reward(cfg.reward)
         self.logger = None  # rank 0 logs
         self.engine = None
+        self.stop = StopSignals(cfg.train.stop_grace_s, announce=ctx.main)  # fit() installs its signal handlers
+        self.stopped: str | None = None  # what stopped fit() early (a signal's name), None when it ran to the end
         try:  # whatever fails from here closes what was started (the reward pool's processes)
             r_g = cfg.rollout.group_size
             c = cfg.control
@@ -101,7 +108,8 @@ class Trainer:
             if cfg.train.eval_every and cfg.data.eval_source:
                 self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
             self._encode = encode
-            self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx)
+            self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx,
+                                        guard=self.stop)
             self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
             t = cfg.train
             self.optimizer = torch.optim.AdamW(self.policy.train.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
@@ -110,13 +118,10 @@ class Trainer:
                 self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
             self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
                 device.startswith("cuda")
-            self.update_params = UpdateParams(loss_agg=cfg.algo.loss_agg, eps_low=cfg.algo.eps_low, eps_high=cfg.algo.eps_high,
-                                   kl_coef=cfg.algo.kl_coef, max_completion_len=r.max_new_tokens,
-                                   micro_batch_size=t.micro_batch_size,
-                                   temperature=r.temperature if r.temperature > 0 else 1.0, max_grad_norm=t.max_grad_norm,
-                                   micro_batch_tokens=t.micro_batch_tokens, chunk_rows=t.logprob_chunk_rows)
+            self.update_params = UpdateParams.from_config(cfg)
             self.step_idx = 0
             self.last_checkpoint: Path | None = None
+            self._cost = {"update": 0.0, "eval": 0.0, "save": 0.0}  # last seconds of each: a stop's reserve
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:
                 ckpt = latest_checkpoint(self.run_dir)
@@ -124,8 +129,10 @@ class Trainer:
                     self._restore(ckpt)
             if ctx.main:
                 dump_config(cfg, self.run_dir / "config.yaml")
+                # rows past the checkpoint were made by steps that run again (all of them without a checkpoint)
+                since = None if not resume else self.step_idx if self.last_checkpoint else -1
                 self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
-                                            resume_step=self.step_idx if resume else None, rollouts=t.save_rollouts)
+                                            resume_step=since, rollouts=t.save_rollouts)
         except BaseException:
             self.close()
             raise
@@ -150,21 +157,28 @@ class Trainer:
         return {"step": self.step_idx, "draws": self.worker.draws, "sampler": self.sampler.state_dict(),
                 "controller": self.controller.state_dict(), "scheduler": self.scheduler.state_dict()}
 
-    def _restore(self, ckpt: Path) -> None:
-        state = load_checkpoint(ckpt, self.policy, self.optimizer, self.ctx)
+    def _load_state(self, state: dict) -> None:
         self.step_idx = state["step"]
         self.worker.draws = state["draws"]
         self.sampler.load_state_dict(state["sampler"])
         self.controller.load_state_dict(state["controller"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+    def _restore(self, ckpt: Path) -> None:
+        self._load_state(load_checkpoint(ckpt, self.policy, self.optimizer, self.ctx))
         self.last_checkpoint = ckpt
         if self.reference is not None:  # the reference is the initial policy, saved beside the run
             ref = self.run_dir / "reference.safetensors"
             load_weights(self.reference, iter_safetensors([ref]))
 
     def save(self) -> Path:
+        """A checkpoint at step_idx (a collective under torchrun); once per step."""
+        if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.step_idx:06d}":
+            return self.last_checkpoint  # written already (a stop right after a save_every checkpoint)
+        t0 = time.perf_counter()
         self.last_checkpoint = save_checkpoint(self.run_dir, self.step_idx, self.policy, self.optimizer, self.tokenizer,
                                                self._state(), self.hf_config, self.ctx, self.cfg.train.keep_checkpoints)
+        self._cost["save"] = time.perf_counter() - t0
         return self.last_checkpoint
 
     # -- one step --------------------------------------------------------------------------------
@@ -203,25 +217,27 @@ class Trainer:
     def _update(self, groups) -> dict[str, float]:
         scores = torch.tensor([s for g in groups for s in g.scores])
         ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
-        adv = ADVANTAGES[self.cfg.algo.advantage](scores, ids)
         dev = self.policy.rollout.embed_tokens.weight.device  # the masters' device (sharded or not)
         batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
-                                 [r.token_ids for g in groups for r in g.rollouts], adv,
+                                 [r.token_ids for g in groups for r in g.rollouts], torch.zeros(len(scores)),
                                  pad_id=self.tokenizer.pad_token_id or 0, device=dev,
                                  rollout_logprobs=[r.logprobs for g in groups for r in g.rollouts])
         mb = (self.update_params.micro_batch_size, self.update_params.temperature, self.update_params.micro_batch_tokens)
         par = {"ctx": self.ctx, "autocast": self.policy.autocast}
         if self.reference is not None:
             batch.ref_logp = batch_logprobs(self.reference, batch, *mb, **par, chunk_rows=self.update_params.chunk_rows)
-        if self.cfg.algo.ppo_epochs > 1:
+        if self.cfg.algo.ppo_epochs > 1 or self.update_params.kl_in_reward and self.reference is not None:
             batch.old_logp = batch_logprobs(self.model, batch, *mb, **par, chunk_rows=self.update_params.chunk_rows)
+        # the advantages: of the scores less beta x KL when the KL is in the reward
+        penalty = kl_reward_penalty(batch, self.update_params, self.ctx)
+        adv = ADVANTAGES[self.cfg.algo.advantage](scores - penalty, ids, lengths=batch.completion_mask.sum(-1).cpu())
+        batch.advantages = adv.to(dev)
         out: dict[str, float] = {}
         mismatch: dict[str, float] = {}
         for epoch in range(self.cfg.algo.ppo_epochs):
             out = update_step(self.model, self.optimizer, batch, self.update_params, **par)
             if epoch == 0:  # the engine's logprobs vs the trainer's, before any update of this step: measured once
                 mismatch = {k: v for k, v in out.items() if k.startswith("rollout/logprob_diff")}
-                batch.rollout_logp = None
         out |= mismatch
         out["actor/advantage_abs_mean"] = adv.abs().mean().item()
         return out
@@ -261,54 +277,80 @@ class Trainer:
         return m
 
     def evaluate(self) -> dict[str, float]:
-        """Accuracy on the held-out prompts (one sample each at the rollout temperature)."""
-        return evaluate(self.engine, self.tokenizer, self.eval_examples, self._encode, self.reward, 1,
-                        replace(self.params, seed=self.params.seed + 7919))
+        """Accuracy on the held-out prompts (one sample each at the rollout temperature); under torchrun each
+        rank scores a shard (a collective: every rank calls it)."""
+        t0 = time.perf_counter()
+        out = evaluate(self.engine, self.tokenizer, self.eval_examples, self._encode, self.reward, 1,
+                       replace(self.params, seed=self.params.seed + 7919), ctx=self.ctx)
+        self._cost["eval"] = time.perf_counter() - t0
+        return out
 
     # -- loop ------------------------------------------------------------------------------------
-    def fit(self, on_step=None) -> list[dict]:
-        """Run to train.total_steps (or the time / prompt budget); checkpoint per train.save_every and at the end."""
-        t = self.cfg.train
-        history = []
+    def fit(self, on_step=None, stop_signals: bool = True) -> list[dict]:
+        """Run to train.total_steps (or the time / prompt budget); checkpoint per train.save_every and at the end.
+        stop_signals: SIGTERM / SIGINT / SIGUSR1 end the run at a step boundary with a checkpoint (`stopped`
+        names the signal); a second Ctrl-C raises KeyboardInterrupt at once."""
         main = self.ctx.main
         if main and self.reference is not None and not (self.run_dir / "reference.safetensors").is_file():
             save_file({k: v.contiguous().cpu() for k, v in hf_state_dict(self.reference).items()},
                       str(self.run_dir / "reference.safetensors"))
+        history: list[dict] = []
         try:
-            if main and self.eval_examples and self.step_idx == 0:
-                self.logger.log(0, self.evaluate())
-            spent = 0.0
-
-            def budget_spent() -> bool:
-                return bool((t.time_budget_s and spent >= t.time_budget_s)
-                            or (t.prompt_budget and self.worker.draws >= t.prompt_budget))
-
-            while self.step_idx < t.total_steps and not budget_spent():
-                try:
-                    metrics = self.step()
-                except TrainingDiverged as e:
-                    kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
-                    raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
-                spent += max(self.ctx.gather(metrics["timing_s/step"]))  # the slowest rank: one decision for all
-                metrics["timing_s/cumulative"] = spent
-                last = self.step_idx == t.total_steps or budget_spent()
-                if main and self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
-                    metrics |= self.evaluate()
-                if main:
-                    self.logger.log(self.step_idx, metrics)
-                    self.logger.log_traces(self.step_idx, self.last_phase.traces)
-                    self.logger.log_rollouts(self.step_idx, self.last_phase.generated, self.last_phase.groups)
-                history.append(metrics)
-                if on_step:
-                    on_step(self.step_idx, metrics)
-                if (t.save_every and self.step_idx % t.save_every == 0) or last:
-                    self.save()
+            with self.stop if stop_signals else contextlib.nullcontext():
+                self._loop(history, on_step)
         finally:
             self.close()
         if main:
-            (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx,
+            (self.run_dir / "final.json").write_text(json.dumps({"step": self.step_idx, "stopped": self.stopped,
                                                                  "checkpoint": str(self.last_checkpoint)}))
         return history
+
+    def _loop(self, history: list[dict], on_step) -> None:
+        t, main = self.cfg.train, self.ctx.main
+        if self.eval_examples and self.step_idx == 0:
+            metrics = self.evaluate()
+            if main:
+                self.logger.log(0, metrics)
+        spent = 0.0
+
+        def budget_spent() -> bool:
+            return bool((t.time_budget_s and spent >= t.time_budget_s)
+                        or (t.prompt_budget and self.worker.draws >= t.prompt_budget))
+
+        while self.step_idx < t.total_steps and not budget_spent() and not self.stopped:
+            boundary = copy.deepcopy(self._state()), torch.get_rng_state()
+            due = self.eval_examples and (self.step_idx + 1) % t.eval_every == 0
+            self.stop.reserve_s = self._cost["update"] + self._cost["save"] + (self._cost["eval"] if due else 0.0)
+            try:
+                metrics = self.step()
+            except StepAbandoned as e:  # on every rank (the rollout's gather): back to the step's start
+                self._load_state(boundary[0])
+                torch.set_rng_state(boundary[1])
+                self.stopped = str(e)
+                break
+            except TrainingDiverged as e:
+                kept = f"; last good checkpoint kept: {self.last_checkpoint}" if self.last_checkpoint else ""
+                raise UserError(f"training diverged at step {self.step_idx + 1}: {e}{kept}") from e
+            self._cost["update"] = metrics["timing_s/update"]
+            # one collective for two decisions every rank must share: the time budget (the slowest rank) and a stop
+            parts = self.ctx.gather((metrics["timing_s/step"], self.stop.signal))
+            spent += max(p[0] for p in parts)
+            self.stopped = next((p[1] for p in parts if p[1]), None)
+            metrics["timing_s/cumulative"] = spent
+            last = self.step_idx == t.total_steps or budget_spent()
+            if self.eval_examples and (self.step_idx % t.eval_every == 0 or last):
+                metrics |= self.evaluate()
+            if main:
+                self.logger.log(self.step_idx, metrics)
+                self.logger.log_traces(self.step_idx, self.last_phase.traces)
+                self.logger.log_rollouts(self.step_idx, self.last_phase.generated, self.last_phase.groups)
+            history.append(metrics)
+            if on_step:
+                on_step(self.step_idx, metrics)
+            if (t.save_every and self.step_idx % t.save_every == 0) or last or self.stopped:
+                self.save()
+        if self.stopped and self.step_idx:  # an abandoned step: the boundary it started from (once)
+            self.save()
 
 
 def run_dir_for(cfg: Config) -> Path:
