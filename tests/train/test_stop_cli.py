@@ -69,10 +69,14 @@ def test_sigterm_checkpoints_the_last_step_and_resume_is_bitwise(tiny_model_dir,
 
 
 def test_ctrl_c_twice_exits_130_and_keeps_what_was_written(tiny_model_dir, arith_data, tmp_path):
-    over = stop_overrides(tiny_model_dir, arith_data, **{"train.total_steps": 50, "train.save_every": 1})
+    # long steps (256 forced tokens): the second Ctrl-C lands well inside the step the first one let finish
+    over = stop_overrides(tiny_model_dir, arith_data, **{"train.total_steps": 50, "train.save_every": 1,
+                                                         "rollout.max_new_tokens": 256, "rollout.ignore_eos": "true"})
     proc, run, log = _train_until_row(over, tmp_path, 2)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.5)  # two signals before Python's handler runs would count as one
+    deadline = time.monotonic() + 60  # the second only once the first was handled (two at once count as one)
+    while "stopping after this step" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 130, log.read_text()[-2000:]
     assert "interrupted" in log.read_text()
