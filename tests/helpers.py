@@ -240,3 +240,16 @@ def lm_like_logits(B, V, g, scale=3.0):
 def key_hashes(B, g):
     """(B,) int64 random 32-bit key hashes (generator g)."""
     return torch.randint(0, 2 ** 32, (B,), generator=g)
+
+
+def spy_grids(monkeypatch, module, name: str) -> list:
+    """Record the grid of every launch of the Triton kernel `module.name` (still launched): the list."""
+    grids, real = [], getattr(module, name)
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(module, name, Spy())
+    return grids

@@ -47,16 +47,13 @@ class Scheduler:
             if parent is not None:
                 need_blocks, need_tokens = 1, 0  # copy-on-write of the shared partial block, later
             else:
-                # a resumed multi-turn sequence still holds its prefix's blocks (engine/turns.py)
-                held = len(self.cache.tables.get(seq.seq_id, ()))
-                need_blocks = max(0, self.cache.blocks_for(len(seq.tokens) + 1) - held)
+                need_blocks = self._missing_blocks(seq)
                 need_tokens = seq.pending
             if admitted and (need_blocks > free or need_tokens > budget):
                 break
             if need_blocks > free and not self.running:
                 free += self._evict_idle(need_blocks - free, keep=seq)  # idle K/V goes before a deadlock
-                need_blocks = max(0, self.cache.blocks_for(len(seq.tokens) + 1)
-                                  - len(self.cache.tables.get(seq.seq_id, ())))
+                need_blocks = self._missing_blocks(seq)
             if need_blocks > free:
                 break  # nothing admitted yet: wait for running sequences to free blocks
             self.waiting.popleft()
@@ -111,6 +108,11 @@ class Scheduler:
             else:
                 self.cache.ensure(seq.seq_id, seq.num_cached, n)
         return list(self.running), impossible
+
+    def _missing_blocks(self, seq: Sequence) -> int:
+        """Blocks seq's prefill still needs: all of them, less those a resumed multi-turn sequence still
+        holds (engine/turns.py)."""
+        return max(0, self.cache.blocks_for(len(seq.tokens) + 1) - len(self.cache.tables.get(seq.seq_id, ())))
 
     def _evict_idle(self, blocks: int, keep: Sequence) -> int:
         """Free the K/V of idle sequences — parked (multi-turn) first, then queued ones still holding blocks —

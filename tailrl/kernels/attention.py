@@ -97,13 +97,17 @@ def store_kv(k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: tor
 
 
 @triton.jit
-def _tile_keys(start, q_len, tile, window, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The key tiles [lo, hi] that any row of query tile `tile` can see (hi < lo: none)."""
+def _tile_keys(start, q_len, tile, window, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CHUNK_TILES: tl.constexpr):
+    """The key tiles [lo, hi] that any row of query tile `tile` can see (hi < lo: none), and the chunks
+    [lo_chunk, hi_chunk] they fall in."""
     t_first = (tile * BLOCK_M) // G
     t_last = tl.minimum((tile * BLOCK_M + BLOCK_M - 1) // G, q_len - 1)
     lo = tl.maximum(start + t_first - window + 1, 0) // BLOCK_N
     hi = tl.where(t_first < q_len, (start + t_last) // BLOCK_N, lo - 1)  # no real row: no keys
-    return lo, hi
+    lo_chunk = lo // CHUNK_TILES
+    hi_chunk = tl.where(hi >= lo, hi // CHUNK_TILES, lo_chunk - 1)
+    return lo, hi, lo_chunk, hi_chunk
 
 
 @triton.jit
@@ -118,7 +122,7 @@ def _fold(M, L, ACC, m, s, acc):
 
 
 @triton.jit
-def _rows(b, kvh, tile, q_len, G: tl.constexpr, BLOCK_M: tl.constexpr):
+def _rows(kvh, tile, q_len, G: tl.constexpr, BLOCK_M: tl.constexpr):
     """Rows r of a query tile: (token t = r // G, head kv*G + r % G), and which are real."""
     rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
     t = rows // G
@@ -152,16 +156,14 @@ def _paged_attention_kernel(
     tile = tl.where(split != 0, 0, pid)
     start = tl.load(starts_ptr + b)
     q_len = tl.load(q_lens_ptr + b)
-    t, head, row_ok = _rows(b, kvh, tile, q_len, G, BLOCK_M)
+    t, head, row_ok = _rows(kvh, tile, q_len, G, BLOCK_M)
     pos = start + t  # (BLOCK_M,) each query's absolute position
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
     q = tl.load(q_ptr + b * q_sb + t[:, None] * q_st + head[:, None] * q_sh + d[None, :],
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     dtype = q.dtype
-    lo_tile, hi_tile = _tile_keys(start, q_len, tile, window, G, BLOCK_M, BLOCK_N)
-    lo_chunk = lo_tile // CHUNK_TILES
-    hi_chunk = tl.where(hi_tile >= lo_tile, hi_tile // CHUNK_TILES, lo_chunk - 1)
+    lo_tile, hi_tile, lo_chunk, hi_chunk = _tile_keys(start, q_len, tile, window, G, BLOCK_M, BLOCK_N, CHUNK_TILES)
     if split != 0:  # this program's one chunk, if the tile sees it
         lo_chunk, hi_chunk = tl.maximum(lo_chunk, pid), tl.minimum(hi_chunk, pid)
     ctx = start + q_len
@@ -222,12 +224,10 @@ def _combine_kernel(
     kvh = tl.program_id(1)
     start = tl.load(starts_ptr + b)
     q_len = tl.load(q_lens_ptr + b)
-    t, head, row_ok = _rows(b, kvh, 0, q_len, G, BLOCK_M)
+    t, head, row_ok = _rows(kvh, 0, q_len, G, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
-    lo_tile, hi_tile = _tile_keys(start, q_len, 0, window, G, BLOCK_M, BLOCK_N)
-    lo_chunk = lo_tile // CHUNK_TILES
-    hi_chunk = tl.where(hi_tile >= lo_tile, hi_tile // CHUNK_TILES, lo_chunk - 1)
+    _, _, lo_chunk, hi_chunk = _tile_keys(start, q_len, 0, window, G, BLOCK_M, BLOCK_N, CHUNK_TILES)
     M = tl.full([BLOCK_M], float("-inf"), tl.float32)
     L = tl.zeros([BLOCK_M], tl.float32)
     ACC = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)

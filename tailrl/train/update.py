@@ -130,8 +130,10 @@ def update_step(model, optimizer, batch: TrainBatch, params: UpdateParams, ctx: 
     if correct is not None and batch.rollout_logp is None:
         raise ValueError(f"algo.rollout_correction={params.rollout_correction} needs the engine's logprobs "
                          "(batch.rollout_logp) in every epoch")
-    sums = dict.fromkeys(("loss", "pg_loss", "kl", "clipfrac", "ratio", "entropy", "lp_diff", "is_w", "is_cap"), 0.0)
-    lp_diff_max = 0.0
+    names = ("loss", "pg_loss", "kl", "clipfrac", "ratio", "entropy", "lp_diff", "is_w", "is_cap")
+    # accumulated on the device in float64 (the same additions as Python floats) and read once after the
+    # loop: no host sync per micro-batch
+    sums = lp_diff_max = None
     tokens = max(norm.num_tokens, 1)
     optimizer.zero_grad(set_to_none=True)
     passes = my_micro_batches(batch, params.micro_batch_size, params.micro_batch_tokens, ctx)
@@ -154,18 +156,21 @@ def update_step(model, optimizer, batch: TrainBatch, params: UpdateParams, ctx: 
         (loss * weight).backward()
         if not weight:
             continue
-        if mb.rollout_logp is not None:  # the engine's logprobs vs this forward's (0 in strict mode)
-            diff = (logp.detach() - mb.rollout_logp).abs() * m
-            sums["lp_diff"] += diff.sum().item() / tokens
-            lp_diff_max = max(lp_diff_max, diff.max().item())
-        if is_w is not None:
-            sums["is_w"] += (is_w * m).sum().item() / tokens
-            sums["is_cap"] += capped.sum().item() / tokens
-        sums["loss"] += loss.item()
-        sums["pg_loss"] += agg(out["pg_loss"].detach(), m, norm).item()
+        zero = logp.new_zeros((), dtype=torch.float64)
+        per = {"loss": loss.detach().double(), "pg_loss": agg(out["pg_loss"].detach(), m, norm).double()}
         for key, per_token in (("kl", out["kl"]), ("clipfrac", out["clipped"].float()), ("ratio", out["ratio"]),
                                ("entropy", entropy)):
-            sums[key] += (per_token.detach() * m).sum().item() / tokens
+            per[key] = (per_token.detach() * m).sum().double() / tokens
+        if mb.rollout_logp is not None:  # the engine's logprobs vs this forward's (0 in strict mode)
+            diff = (logp.detach() - mb.rollout_logp).abs() * m
+            per["lp_diff"] = diff.sum().double() / tokens
+            top = diff.max().double()
+            lp_diff_max = top if lp_diff_max is None else torch.maximum(lp_diff_max, top)
+        if is_w is not None:
+            per["is_w"] = (is_w * m).sum().double() / tokens
+            per["is_cap"] = capped.sum().double() / tokens
+        step = torch.stack([per.get(k, zero) for k in names])
+        sums = step if sums is None else sums + step
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), params.max_grad_norm)
     grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
     if not math.isfinite(grad_norm):
@@ -174,7 +179,9 @@ def update_step(model, optimizer, batch: TrainBatch, params: UpdateParams, ctx: 
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    totals = dict(zip(sums, ctx.sum(list(sums.values()))))  # every rank's share of the batch
+    local = sums.tolist() if sums is not None else [0.0] * len(names)
+    lp_diff_max = float(lp_diff_max) if lp_diff_max is not None else 0.0
+    totals = dict(zip(names, ctx.sum(local)))  # every rank's share of the batch
     out = {"actor/loss": totals["loss"], "actor/pg_loss": totals["pg_loss"], "actor/kl": totals["kl"],
            "actor/clipfrac": totals["clipfrac"], "actor/ratio_mean": totals["ratio"], "actor/entropy": totals["entropy"],
            "actor/grad_norm": grad_norm}

@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 import tailrl.kernels.attention as attention  # noqa: E402
 from tailrl.kernels import paged_attention  # noqa: E402
 from tailrl.kernels.reference import paged_attention_ref  # noqa: E402
-from tests.helpers import DEVICE, PagedCase  # noqa: E402
+from tests.helpers import DEVICE, PagedCase, spy_grids  # noqa: E402
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 LENGTHS = [300, 75, 9, 200]
@@ -62,15 +62,7 @@ def test_default_chunks_over_a_long_context():
 
 
 def test_split_is_chosen_for_a_grid_smaller_than_the_gpu(chunk64, monkeypatch):
-    calls = []
-    real = attention._combine_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            calls.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(attention, "_combine_kernel", Spy())
+    calls = spy_grids(monkeypatch, attention, "_combine_kernel")
     case = PagedCase(LENGTHS, 16, kv_heads=2, group=2, head_dim=32, dtype=torch.float32, seed=6)
     kw = case.batch(DECODE)
     base = paged_attention(**kw)  # a CPU has no SMs to fill: never split unless asked

@@ -9,7 +9,7 @@ pytest.importorskip("triton")
 
 import tailrl.kernels.matmul as matmul  # noqa: E402
 from tailrl.kernels.reference import matmul_invariant_ref  # noqa: E402
-from tests.helpers import DEVICE  # noqa: E402
+from tests.helpers import DEVICE, spy_grids  # noqa: E402
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):
@@ -33,15 +33,7 @@ def test_split_k_is_bitwise_the_unsplit_result_for_any_m(monkeypatch, dtype, k_s
 
 def test_split_is_chosen_when_the_tiles_leave_the_gpu_idle(monkeypatch):
     monkeypatch.setattr(matmul, "K_SEG", 32)
-    calls = []
-    real = matmul._reduce_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            calls.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(matmul, "_reduce_kernel", Spy())
+    calls = spy_grids(monkeypatch, matmul, "_reduce_kernel")
     x, w = _randn(4, 100), _randn(70, 100, seed=1)
     base = matmul.matmul_invariant(x, w)  # a CPU has no SMs to fill: never split unless asked
     assert calls == []
