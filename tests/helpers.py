@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
@@ -129,14 +130,27 @@ def base_overrides(model_dir, data, run_dir, **extra):
 
 
 def write_config(path, overrides):
-    """A YAML config file from dotted section.key=value overrides."""
-    tree = {}
+    """A YAML config file from dotted section[.sub].key=value overrides."""
+    tree: dict = {}
     for o in overrides:
-        k, v = o.split("=", 1)
-        sec, key = k.split(".")
-        tree.setdefault(sec, {})[key] = yaml.safe_load(v)
+        key, value = o.split("=", 1)
+        *sections, leaf = key.split(".")
+        node = tree
+        for s in sections:
+            node = node.setdefault(s, {})
+        node[leaf] = yaml.safe_load(value)
     path.write_text(yaml.safe_dump(tree))
     return path
+
+
+def run_cli(cmd: list[str], cwd) -> subprocess.CompletedProcess:
+    """A command (python -m tailrl ..., torchrun ...) with this checkout importable and one thread per process."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+
+
+def jsonl_rows(path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 # -- rows in each public dataset shape (tests/data); tests never read ../shared ---------------------

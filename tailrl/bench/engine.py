@@ -28,7 +28,7 @@ from tailrl.bench.engine_tail import engine_config, hf_config, long_tail, sync
 from tailrl.engine import Request, SamplingParams
 from tailrl.engine.sampling import host_flags, keyed_sample_hashed
 from tailrl.errors import UserError
-from tailrl.model import ModelArgs, build_model, init_random
+from tailrl.model import ModelArgs, build_model, init_random, load
 from tailrl.perf.hardware import GPUS, MODELS, ModelShape
 from tailrl.speculative import build_engine
 
@@ -142,23 +142,36 @@ def sampler_vs_head(device: str, dtype: torch.dtype, sampler: str, batch: int = 
 
 def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], context: int, steps: int, warmup: int,
                      device: str, dtype: str, tail: bool, tail_batch: int, tail_max_len: int, tail_median: float,
-                     tail_shape: str, repeat: int, overrides: dict, progress=print, sampling_batch: int = 64) -> dict:
+                     tail_shape: str, repeat: int, overrides: dict, progress=print, sampling_batch: int = 64,
+                     samplers: list[str] | None = None, model_path: str | None = None) -> dict:
+    """samplers: time each decode step (and the sampling vs the LM head) once per sampler, interleaved
+    (the side-by-side tokens/s of engine.sampler values); None: the engine's sampler only. model_path: decode
+    with this checkpoint's real weights (a folder or a known name) instead of the random-weight shapes (a
+    real model's peaked logits are what the samplers' costs depend on; random weights give flat ones)."""
     dt = getattr(torch, dtype)
+    runs = [(s, overrides | {"sampler": s}) for s in samplers] if samplers else [(None, overrides)]
     gpu = _gpu_preset(device)
     res: dict = {"device": device, "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
                  "dtype": dtype, "torch": torch.__version__, "steps": [], "overrides": overrides}
-    for shape in shapes:
-        model = model_of(shape, dt, device, max_pos=context + warmup + steps + 64)
+    for shape in [model_path] if model_path else shapes:
+        if model_path:
+            model = load(model_path, dtype=dt, device=device, tokenizer=False)[0]
+        else:
+            model = model_of(shape, dt, device, max_pos=context + warmup + steps + 64)
         for b in batches:
-            r = decode_step(model, b, context, steps, warmup, device, overrides)
-            r["shape"] = shape
-            if gpu is not None and shape in MODELS:
-                r["hbm_roofline"] = roofline_fraction(MODELS[shape], dt.itemsize, b, context, r["step_ms"], gpu)
-            res["steps"].append(r)
-            progress(f"{shape} B={b}: {r['step_ms']:.2f} ms/step")
+            for name, opts in runs:
+                r = decode_step(model, b, context, steps, warmup, device, opts)
+                r["shape"], r["sampler"] = shape, engine_config(opts, {}).sampler
+                if gpu is not None and shape in MODELS:
+                    r["hbm_roofline"] = roofline_fraction(MODELS[shape], dt.itemsize, b, context, r["step_ms"], gpu)
+                res["steps"].append(r)
+                progress(f"{shape} B={b}{f' {name}' if name else ''}: {r['step_ms']:.2f} ms/step")
         del model
-    res["sampling"] = sampler_vs_head(device, dt, engine_config(overrides, {}).sampler, batch=sampling_batch)
-    progress(f"sampling {res['sampling']['sampling_ms']:.2f} ms vs LM head {res['sampling']['lm_head_ms']:.2f} ms")
+    res["samplings"] = [sampler_vs_head(device, dt, engine_config(opts, {}).sampler, batch=sampling_batch)
+                        for _, opts in runs]
+    res["sampling"] = res["samplings"][0]
+    for s in res["samplings"]:
+        progress(f"sampling ({s['sampler']}) {s['sampling_ms']:.2f} ms vs LM head {s['lm_head_ms']:.2f} ms")
     if tail:
         spec = SMALL if tail_shape == "small" else MODELS[tail_shape]
         res["long_tail"] = long_tail(spec, SHAPES.get(tail_shape, "LlamaForCausalLM"), device, dt,
@@ -170,17 +183,18 @@ def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], contex
 def summary(res: dict) -> str:
     on = res["gpu"] or "CPU"
     lines = [f"# tailrl bench engine ({on}, {res['dtype']}, torch {res['torch']})", "",
-             "| shape | B | context | ms / step | attention | static | graphs | kernels | launches | syncs | "
-             "ops | HBM roofline |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| shape | B | context | sampler | ms / step | attention | static | graphs | kernels | launches | syncs | "
+             "ops | HBM roofline |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["steps"]:
         roof = f"{r['hbm_roofline']:.0%}" if "hbm_roofline" in r else "-"
-        lines.append(f"| {r['shape']} | {r['batch']} | {r['context']} | {r['step_ms']:.2f} | {r['attention']} | "
-                     f"{r['static']} | {r['cuda_graphs']} | {r.get('kernels', '-')} | {r.get('launches', '-')} | "
-                     f"{r.get('syncs', '-')} | {r.get('ops', '-')} | {roof} |")
-    s = res["sampling"]
-    lines += ["", f"Keyed sampling ({s['sampler']}) at B = {s['batch']}, V = {s['vocab']}: {s['sampling_ms']:.2f} ms; "
-              f"the LM head's matmul ({s['hidden']} -> {s['vocab']}): {s['lm_head_ms']:.2f} ms "
-              f"(ratio {s['sampling_over_head']:.2f})."]
+        lines.append(f"| {r['shape']} | {r['batch']} | {r['context']} | {r.get('sampler', '-')} | {r['step_ms']:.2f} | "
+                     f"{r['attention']} | {r['static']} | {r['cuda_graphs']} | {r.get('kernels', '-')} | "
+                     f"{r.get('launches', '-')} | {r.get('syncs', '-')} | {r.get('ops', '-')} | {roof} |")
+    lines += sampler_ratios(res["steps"])
+    for s in res.get("samplings", [res["sampling"]]):
+        lines += ["", f"Keyed sampling ({s['sampler']}) at B = {s['batch']}, V = {s['vocab']}: {s['sampling_ms']:.2f} ms; "
+                  f"the LM head's matmul ({s['hidden']} -> {s['vocab']}): {s['lm_head_ms']:.2f} ms "
+                  f"(ratio {s['sampling_over_head']:.2f})."]
     if "long_tail" in res:
         t = res["long_tail"]
         best = t["best"]
@@ -192,3 +206,18 @@ def summary(res: dict) -> str:
         lines += ["", f"tailrl vs HF generate: {t['ratio_vs_hf_dynamic']:.2f}x (default cache), "
                   f"{t['ratio_vs_hf_static']:.2f}x (static cache)."]
     return "\n".join(lines)
+
+
+def sampler_ratios(steps: list[dict]) -> list[str]:
+    """With several samplers timed: decode tokens/s of each relative to the first, per (shape, B)."""
+    names = list(dict.fromkeys(r.get("sampler") for r in steps))
+    if len(names) < 2:
+        return []
+    by = {(r["shape"], r["batch"], r["sampler"]): r["step_ms"] for r in steps}
+    base = names[0]
+    lines = ["", f"Decode tokens/s relative to `{base}` (same shape, batch and context, interleaved):", "",
+             "| shape | B | " + " | ".join(names[1:]) + " |", "|---|---|" + "---|" * (len(names) - 1)]
+    for shape, b in dict.fromkeys((r["shape"], r["batch"]) for r in steps):
+        cells = [f"{by[(shape, b, base)] / by[(shape, b, n)]:.3f}x" for n in names[1:]]
+        lines.append(f"| {shape} | {b} | " + " | ".join(cells) + " |")
+    return lines

@@ -2,6 +2,6 @@
 parsers and binds every (sub)command to its handler with `set_defaults(run=...)`; a handler takes the
 parsed arguments, returns an exit code and raises UserError for mistakes a user can fix."""
 
-from tailrl.commands import bench, config, generate, profile, simulate, training
+from tailrl.commands import bench, config, export, generate, profile, simulate, training
 
-FAMILIES = (generate, training, bench, profile, simulate, config)
+FAMILIES = (generate, training, export, bench, profile, simulate, config)

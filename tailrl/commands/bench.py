@@ -27,6 +27,16 @@ def add(sub) -> None:
     q.add_argument("--reuse", action="store_true", help="read the runs already in --out-dir (same settings) "
                    "instead of training them again: re-derive the table and plot")
     q.add_argument("--out-dir", default="runs/bench-pods")
+    q = bs.add_parser("tools", help="tool latency vs decoding: the tools demo's rollouts with the calculator "
+                      "answering at once and after a sleep per call (overlap ratio, identity)")
+    q.set_defaults(run=tools)
+    q.add_argument("--prompts", type=int, default=32)
+    q.add_argument("--samples", type=int, default=8, help="samples per prompt")
+    q.add_argument("--sleep", type=float, default=0.2, help="seconds each calculator call sleeps")
+    q.add_argument("--workers", type=int, default=4, help="tool worker processes")
+    q.add_argument("--max-new-tokens", type=int, default=160)
+    q.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    q.add_argument("--out", default="runs/bench-tools/result.json")
     q = bs.add_parser("sagc", help="static G in {4, 8, 16} vs SAGC on the demo task, same prompt budget and B")
     q.set_defaults(run=sagc)
     q.add_argument("overrides", nargs="*", help="extra demo-config overrides for every run")
@@ -86,6 +96,11 @@ def add(sub) -> None:
                    help="model shapes (random weights); default: the first three on CUDA, smollm2-135m on a CPU "
                         "(small, tiny: 4- and 2-layer shapes for checking the harness)")
     q.add_argument("--sampling-batch", type=int, default=64, help="rows of the keyed-sampling vs LM-head timing")
+    q.add_argument("--model", default=None, help="decode with a checkpoint's real weights (a folder or a known name, "
+                   "e.g. smollm2-135m-instruct) instead of the random-weight --shapes")
+    q.add_argument("--samplers", nargs="+", default=None, choices=["gumbel", "blocked", "inverse_cdf"],
+                   help="time every decode step and the sampling once per sampler, interleaved in one run "
+                        "(default: the engine's sampler only)")
     q.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
     q.add_argument("--context", type=int, default=None, help="tokens per sequence (default 512 on CUDA, 128 on CPU)")
     q.add_argument("--steps", type=int, default=None, help="timed steps per batch (default 20 on CUDA, 5 on CPU)")
@@ -177,6 +192,21 @@ def gpu(a) -> int:
     s = run_gpu_bench(a.out, a.budget_min, a.only, a.dry_run, a.redo, a.pack)
     print((Path(a.out) / "summary.md").read_text())
     return 0 if all(p["status"] in ("ok", "skipped") for p in s["parts"]) else 1
+
+
+def tools(a) -> int:
+    if a.prompts < 1 or a.samples < 1 or a.workers < 1 or a.sleep <= 0 or a.max_new_tokens < 1:
+        raise UserError("bench tools needs --prompts, --samples, --workers, --max-new-tokens >= 1 and --sleep > 0")
+    # lazy: torch and the model only when the benchmark runs
+    from tailrl.bench.tool_latency import run_tools_bench
+
+    r = run_tools_bench(a.prompts, a.samples, a.sleep, a.workers, a.max_new_tokens, a.out, a.threads)
+    ratio = "n/a" if r["overlap_ratio"] is None else f"{r['overlap_ratio']:.3f}"
+    print(f"{r['calls']} calls x {a.sleep:g} s = {r['serial_s']:.1f} s if run one at a time; the rollout grew by "
+          f"{r['added_s']:.2f} s ({r['wall_s_no_sleep']:.2f} -> {r['wall_s_sleep']:.2f} s): overlap ratio {ratio}; "
+          f"rollouts identical {r['identical_rollouts']}; parked {r['parked_frac_sleep']:.0%} of sequence time "
+          f"-> {a.out}")
+    return 0
 
 
 def pods(a) -> int:
@@ -276,11 +306,13 @@ def engine(a) -> int:
     fixed = sorted({"max_batch_size", "kv_cache_tokens", "block_size", "max_model_len", "max_prefill_tokens"} & set(overrides))
     if fixed:
         raise UserError(f"--engine {', '.join(fixed)}: set by the benchmark (use --batches / --context / --tail-batch)")
+    if a.samplers and "sampler" in overrides:
+        raise UserError("--samplers and --engine sampler=...: give one of them")
     run_engine_bench(a.out_dir, a.shapes or (["smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["smollm2-135m"]),
                      a.batches, a.context or (512 if cuda else 128), a.steps or (20 if cuda else 5), a.warmup, device,
                      a.dtype or ("bfloat16" if cuda else "float32"), not a.no_tail, a.tail_batch, a.tail_max_len,
                      a.tail_median, a.tail_shape or ("smollm2-135m" if cuda else "small"), repeat, overrides,
-                     sampling_batch=a.sampling_batch)
+                     sampling_batch=a.sampling_batch, samplers=a.samplers, model_path=a.model)
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0
 

@@ -13,7 +13,8 @@ from tailrl.errors import UserError
 def add(sub) -> None:
     p = sub.add_parser("demo", help="the main job on the embedded default: warm-start + GRPO (no downloads)")
     p.set_defaults(run=run_demo)
-    p.add_argument("overrides", nargs="*", help="dotted overrides of the demo config, e.g. train.total_steps=20")
+    p.add_argument("overrides", nargs="*", help="dotted overrides of the demo config, e.g. train.total_steps=20; "
+                   "demo.task=tools: the arithmetic task with a calculator tool, multi-turn (default: arith)")
     p.add_argument("--out-dir", default=None, help="run directory (default runs/demo-<time>)")
 
     p = sub.add_parser("train", help="GRPO / Dr.GRPO / DAPO training from a YAML config (exit 75: stopped by a "
@@ -35,11 +36,33 @@ def add(sub) -> None:
     p.add_argument("--out", help="write the metrics as JSON")
 
 
+DEMO_TASKS = ("arith", "tools")  # demo.task: the single-turn demo | the calculator tool, multi-turn
+
+
+def demo_task(overrides: list[str]) -> tuple[str, list[str]]:
+    """(demo.task, the other overrides): demo.task is the demo command's own key, not a config key."""
+    task, rest = "arith", []
+    for o in overrides:
+        if o.startswith("demo.task="):
+            task = o.split("=", 1)[1]
+        else:
+            rest.append(o)
+    if task not in DEMO_TASKS:
+        raise UserError(f"unknown demo.task {task!r}; choose one of: {', '.join(DEMO_TASKS)}")
+    return task, rest
+
+
 def run_demo(a) -> int:
+    task, overrides = demo_task(a.overrides)
+    if task == "tools":
+        # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+        from tailrl.demo.tools_run import run_tools_demo
+
+        return run_tools_demo(a.out_dir, overrides)
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.demo.run import run_demo as demo
 
-    return demo(a.out_dir, a.overrides)
+    return demo(a.out_dir, overrides)
 
 
 def run_train(a) -> int:

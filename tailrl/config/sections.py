@@ -12,6 +12,44 @@ from tailrl.config.fields import Section, opt
 from tailrl.errors import UserError
 from tailrl.tail import DEFAULT_TAU
 
+# the linear layers LoRA may target, as PEFT users name them (tailrl.model.lora.LINEAR_NAMES)
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "all-linear")
+
+
+@dataclass(frozen=True)
+class LoraConfig(Section):
+    """LoRA (tailrl/model/lora.py): the base frozen in model.dtype, adapters A, B in fp32 trained by AdamW; the
+    engine and the trainer both run the merged weights W + (alpha / r) B A, merged again in place after every
+    optimizer step, so rollout logprobs stay the trainer's. Checkpoints and `tailrl export` write PEFT adapters."""
+
+    key = "model.lora"
+
+    r: int = opt(0, "adapter rank (0: off, full fine-tuning; on as well when path is set)")
+    alpha: float = opt(8.0, "scale numerator: the update is (alpha / r) B A (PEFT's lora_alpha, default 8)")
+    dropout: float = opt(0.0, "must be 0: the engine decodes without dropout, so a dropout in the training forward "
+                         "would make the trainer's logprobs differ from the rollout's")
+    target_modules: tuple[str, ...] = opt(("q_proj", "v_proj"), "linear layers given adapters in every decoder "
+                                          "layer, PEFT's names: q_proj | k_proj | v_proj | o_proj | gate_proj | "
+                                          "up_proj | down_proj | all-linear (default: PEFT's for Llama / Qwen / "
+                                          "Mistral)")
+    init: str = opt("kaiming", "A's init: kaiming (PEFT's default, init_lora_weights=true: kaiming-uniform, a = "
+                    "sqrt(5)) | gaussian (normal(0, 1/r)); B starts at zero either way", choices=("kaiming", "gaussian"))
+    path: str = opt("", "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) to continue "
+                    "from; its r, lora_alpha and modules replace r, alpha and target_modules")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.r < 0:
+            raise UserError(f"model.lora.r must be >= 0 (0: off), got {self.r}")
+        if self.dropout != 0:
+            raise UserError(f"model.lora.dropout must be 0, got {self.dropout}: the engine decodes without dropout, "
+                            "so a training forward with it would no longer compute the rollout's logprobs")
+        if not self.alpha > 0:
+            raise UserError(f"model.lora.alpha must be > 0, got {self.alpha}")
+        bad = [n for n in self.target_modules if n not in LORA_TARGETS] or ([] if self.target_modules else ["(none)"])
+        if bad:  # a list of names, so checked here rather than as a choice key
+            raise UserError(f"unknown model.lora.target_modules '{bad[0]}'; valid: {', '.join(LORA_TARGETS)}")
+
 
 @dataclass(frozen=True)
 class ModelConfig(Section):
@@ -21,6 +59,7 @@ class ModelConfig(Section):
     dtype: str = opt("auto", "auto (bfloat16 on CUDA, float32 on the CPU) | float32 | bfloat16 | float16; with "
                      "bfloat16 training keeps fp32 master weights", choices=("auto", "float32", "bfloat16", "float16"))
     device: str = opt("auto", "auto (CUDA when available, else CPU) | cpu | cuda | cuda:N")
+    lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapters (off while lora.r = 0 and no lora.path)")
 
 
 @dataclass(frozen=True)
@@ -128,6 +167,17 @@ class RolloutConfig(Section):
     ignore_eos: bool = opt(False, "keep generating past EOS (up to max_new_tokens)")
     straggler_tau: float = opt(DEFAULT_TAU, "straggler event: a group's longest response > tau x its median "
                                "(SAGC's definition)")
+    tools: tuple[str, ...] = opt((), "multi-turn tool use: tools the model may call — built-in names (calculator | "
+                                 "python) or file.py:function / module:function (typed, with a docstring: "
+                                 "TRL's tools contract); their schemas go to the chat template")
+    environment: str = opt("", "file.py:Class or module:Class: one instance per rollout (TRL's environment_factory: "
+                           "reset(**row) text appended to the prompt, public methods are tools, get_reward() "
+                           "added to the score as reward component `env`)")
+    tool_parser: str = opt("hermes", "how tool calls are written in the model's turns",
+                           choices="tailrl.tools.parsers:TOOL_PARSERS")
+    max_turns: int = opt(4, "tool observations a rollout receives at most (the turn after the last finishes it)")
+    tool_workers: int = opt(2, "processes running tool calls while decoding continues")
+    tool_timeout_s: float = opt(10.0, "per tool call; a timeout is an error observation the model reads, counted")
 
 
 @dataclass(frozen=True)

@@ -225,13 +225,14 @@ def load_dataset(cfg: DataConfig, source: str | None = None) -> PromptDataset:
     return PromptDataset(examples, skipped, src, f"{schema}/{container}", errors)
 
 
-def encode_example(ex: Example, tokenizer, chat_template: bool = True) -> list[int]:
-    """Prompt token ids: the chat template with the generation prompt, or the turns' plain text
-    joined by blank lines (just the prompt when there is no system turn) — as `tailrl generate` does."""
+def encode_example(ex: Example, tokenizer, chat_template: bool = True, tools: list[dict] | None = None) -> list[int]:
+    """Prompt token ids: the chat template with the generation prompt (and the tools' schemas), or the
+    turns' plain text joined by blank lines (just the prompt when there is no system turn) — as `tailrl
+    generate` does."""
     if chat_template:
         if not getattr(tokenizer, "chat_template", None):
             raise UserError("the tokenizer has no chat template; set data.chat_template=false for plain text")
-        ids, _ = encode_row({"messages": list(ex.messages)}, tokenizer)
+        ids, _ = encode_row({"messages": list(ex.messages)}, tokenizer, tools)
     else:
         ids, _ = encode_row({"prompt": "\n\n".join(m["content"] for m in ex.messages)}, tokenizer)
     return list(ids)

@@ -22,13 +22,14 @@ class PromptRow:
     error: str | None = None
 
 
-def encode_row(row: dict, tokenizer) -> tuple[list[int], str]:
-    """A {"prompt"} row is encoded as plain text; a {"messages"} row through the chat template."""
+def encode_row(row: dict, tokenizer, tools: list[dict] | None = None) -> tuple[list[int], str]:
+    """A {"prompt"} row is encoded as plain text; a {"messages"} row through the chat template (with the
+    tools' JSON schemas as its `tools=`, when a multi-turn run has tools)."""
     if "messages" in row:
         msgs = row["messages"]
         if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
             raise ValueError('"messages" must be a list of {"role", "content"} objects')
-        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(msgs, tools=tools or None, tokenize=False, add_generation_prompt=True)
         return tokenizer(text, add_special_tokens=False)["input_ids"], text
     if "prompt" in row:
         if not isinstance(row["prompt"], str):

@@ -65,7 +65,15 @@ def sft_batch(task: DemoTask, tok, rng: random.Random, n: int) -> tuple[torch.Te
     return ids, mask
 
 
-def train_sft(task: DemoTask, spec: WarmStartParams, tok, progress=None) -> tuple[torch.nn.Module, dict]:
+def chunk_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed next-token cross-entropy of ids (n, L) over the tokens where mask (n, L) is 1."""
+    logits = model(ids[:, :-1])  # (n, L-1, V)
+    return (F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none") * mask[:, 1:]).sum()
+
+
+def train_sft(task: DemoTask, spec: WarmStartParams, tok, progress=None, batches=None) -> tuple[torch.nn.Module, dict]:
+    """batches(rng) -> one step's rows as [(ids (k, L), loss mask (k, L)), ...] chunks, the loss averaged over
+    all their tokens (default: one chunk, `sft_batch` of spec.batch rows)."""
     torch.manual_seed(spec.seed)
     model = init_random(build_model(model_args(spec, len(tok), tok.eos_token_id)), std=0.02, seed=spec.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -76,9 +84,8 @@ def train_sft(task: DemoTask, spec: WarmStartParams, tok, progress=None) -> tupl
         lr = spec.lr * 0.5 * (1 + math.cos(math.pi * step / spec.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask = sft_batch(task, tok, rng, spec.batch)
-        logits = model(ids[:, :-1])  # (n, L-1, V)
-        loss = (F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none") * mask[:, 1:]).sum() / mask.sum()
+        chunks = batches(rng) if batches else [sft_batch(task, tok, rng, spec.batch)]
+        loss = sum(chunk_loss(model, ids, mask) for ids, mask in chunks) / sum(mask.sum() for _, mask in chunks)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -98,15 +105,24 @@ def warm_start(cache_root: Path, task: DemoTask | None = None, spec: WarmStartPa
     task, spec = task or DemoTask(), spec or WarmStartParams()
 
     folder = Path(cache_root) / f"demo-policy-{spec.key(task)}"
-    if (folder / "model.safetensors").is_file() and (folder / "warmstart.json").is_file():
+    if is_cached(folder):
         return folder
     tok = demo_tokenizer()
     model, info = train_sft(task, spec, tok, progress)
+    return save_cached(folder, model, tok, {"task": asdict(task), "spec": asdict(spec), **info})
+
+
+def is_cached(folder: Path) -> bool:
+    return (folder / "model.safetensors").is_file() and (folder / "warmstart.json").is_file()
+
+
+def save_cached(folder: Path, model: torch.nn.Module, tok, info: dict) -> Path:
+    """Save a warm-started policy (HF folder + warmstart.json) as `folder`: written to a temporary folder and
+    renamed, so an interrupted save leaves no folder that is_cached accepts."""
     tmp = folder.with_name(folder.name + ".tmp")
     save_hf(model, tmp, tokenizer=tok)
-    (tmp / "warmstart.json").write_text(json.dumps({"task": asdict(task), "spec": asdict(spec), **info}, indent=1))
+    (tmp / "warmstart.json").write_text(json.dumps(info, indent=1))
     if folder.exists():
-
         shutil.rmtree(folder)
     tmp.rename(folder)
     return folder

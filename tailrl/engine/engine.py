@@ -226,6 +226,7 @@ class Engine:
         if reason == "stop" and self.turns is not None and self.turns.end_turn(seq):
             self.scheduler.running.remove(seq)  # parked: its blocks stay, it leaves the decode batch
             self.scheduler.parked[seq.seq_id] = seq
+            seq.waits.append((self.now(), -1.0))  # the end is set when its observation arrives
         elif reason is not None:
             self._finish(seq, reason)
         return reason is not None
@@ -235,6 +236,7 @@ class Engine:
         the cached prefix), or finished when the observation ends the rollout or exhausts its budget."""
         for seq, tokens in self.turns.ready(timeout):
             del self.scheduler.parked[seq.seq_id]
+            seq.waits[-1] = (seq.waits[-1][0], self.now())
             if tokens is None:
                 self._finish(seq, "stop")
             elif append_observation(seq, tokens, self.max_model_len):
@@ -292,9 +294,10 @@ class Engine:
         seq.finish_reason, seq.error, seq.t_finish = reason, error, self.now()
         self.strategy.release(seq)
         r = Rollout(seq.request.uid, seq.sample_index, seq.tokens[: seq.num_prompt], seq.generated, seq.logprobs,
-                    reason, error, seq.t_start, seq.t_finish, seq.token_mask, seq.turns)
+                    reason, error, seq.t_start, seq.t_finish, seq.token_mask, seq.turns,
+                    sum(t1 - t0 for t0, t1 in seq.waits))
         self.trace.requests.append(RequestRecord(r.uid, r.sample_index, r.t_start, r.t_finish, r.num_tokens, reason,
-                                                 seq.num_prompt))
+                                                 seq.num_prompt, tuple(seq.waits)))
         self._finished.append(r)
 
     def _fail(self, seq: Sequence, error: str) -> None:

@@ -45,7 +45,21 @@ class Rollout:
     t_finish: float = 0.0
     token_mask: list[int] | None = None  # multi-turn: 1 sampled token, 0 observation token (logprob NaN)
     turns: int = 0  # observations the rollout received (engine/turns.py)
+    parked_s: float = 0.0  # seconds parked waiting for its observations (tool calls)
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+    @property
+    def final_turn_ids(self) -> list[int]:
+        """The tokens after the last observation (all of them for a single-turn rollout): the final answer's
+        turn, what rewards read."""
+        if not self.token_mask or 0 not in self.token_mask:
+            return self.token_ids
+        return self.token_ids[len(self.token_mask) - self.token_mask[::-1].index(0):]
+
+    @property
+    def num_model_tokens(self) -> int:
+        """Tokens the model sampled (observation tokens of a multi-turn rollout left out)."""
+        return len(self.token_ids) if self.token_mask is None else sum(self.token_mask)

@@ -26,6 +26,7 @@ class Sequence:
     group_parent: Sequence | None = None  # sibling whose prompt KV this one forks instead of prefilling
     token_mask: list[int] | None = None  # per generated token: 1 sampled, 0 an observation (multi-turn only)
     turns: int = 0  # observations appended (engine/turns.py)
+    waits: list[tuple[float, float]] = field(default_factory=list)  # (parked, resumed) times per observation
     _key_prefix: int | None = field(default=None, repr=False)
 
     @property

@@ -46,6 +46,7 @@ class RequestRecord:
     num_tokens: int
     finish_reason: str
     prompt_tokens: int = 0
+    waits: tuple[tuple[float, float], ...] = ()  # multi-turn: (parked, resumed) seconds per observation
 
 
 @dataclass
@@ -72,17 +73,33 @@ class RolloutTrace:
         """(times, active batch) per forward, for plots."""
         return [s.t0 for s in self.steps], [s.batch for s in self.steps]
 
+    def parked_timeline(self) -> tuple[list[float], list[int]]:
+        """(times, sequences parked waiting for an observation) at each park / resume event, for plots."""
+        events = sorted((t, d) for r in self.requests for t0, t1 in r.waits for t, d in ((t0, 1), (t1, -1)))
+        times, counts, n = [], [], 0
+        for t, d in events:
+            n += d
+            times.append(t)
+            counts.append(n)
+        return times, counts
+
+    def parked_frac(self) -> float:
+        """Share of the requests' time (admitted to finished, summed) spent parked waiting for tools."""
+        total = sum(r.t_finish - r.t_start for r in self.requests)
+        return sum(t1 - t0 for r in self.requests for t0, t1 in r.waits) / total if total > 0 else 0.0
+
     def to_json(self) -> dict:
         """Compact JSON form (traces.jsonl; `tailrl simulate` replays it)."""
         return {"t_end": self.t_end, "preemptions": self.preemptions,
                 "requests": [[r.uid, r.sample_index, r.prompt_tokens, r.num_tokens, r.finish_reason, r.t_start, r.t_finish]
-                             for r in self.requests],
+                             + ([[list(w) for w in r.waits]] if r.waits else []) for r in self.requests],
                 "steps": [[s.kind, s.t0, s.t1, s.batch, s.tokens, s.emitted] for s in self.steps]}
 
     @classmethod
     def from_json(cls, d: dict) -> RolloutTrace:
         return cls(steps=[StepRecord(*s) for s in d.get("steps", [])],
-                   requests=[RequestRecord(u, i, t0, t1, n, fr, p) for u, i, p, n, fr, t0, t1 in d["requests"]],
+                   requests=[RequestRecord(u, i, t0, t1, n, fr, p, tuple(tuple(w) for w in (waits[0] if waits else ())))
+                             for u, i, p, n, fr, t0, t1, *waits in d["requests"]],
                    t_end=float(d["t_end"]), preemptions=int(d.get("preemptions", 0)))
 
     # -- derived --------------------------------------------------------------------------------

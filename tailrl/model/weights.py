@@ -89,6 +89,8 @@ def full_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         inverse.setdefault(fused, [None] * 3)[shard] = hf_mod
     tp = model.tp
     for name, p in model.named_parameters():
+        if ".lora." in name:  # LoRA adapters (model/lora.py): no HF weight; the merged weight beside them is
+            continue
         t = p.detach()
         mod, kind = name.rsplit(".", 1)
         owner = _owner(model, name)

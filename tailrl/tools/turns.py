@@ -7,16 +7,18 @@ prompt) is rendered by the chat template the way TRL renders it (chat.observatio
 a pure function of the calls for deterministic tools, so the rollouts stay keyed and exact.
 
 Duck-typed on the engine's Sequence (tokens, token_mask, turns, num_prompt, seq_id): tools import nothing
-from the engine. Environments (sessions per rollout) are not wired yet: tools only.
+from the engine. With an environment, `sessions(seq)` names the rollout's episode (train/episodes.py): its
+calls run on that instance, in order.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tailrl.tools.chat import observation_ids, tool_messages
-from tailrl.tools.executor import ToolExecutor, ToolHandle
+from tailrl.tools.executor import Session, ToolExecutor, ToolHandle
 from tailrl.tools.parsers import TOOL_PARSERS
 
 
@@ -28,6 +30,7 @@ class ToolTurns:
         self.executor, self.tok, self.parse = executor, tokenizer, TOOL_PARSERS.get(parser)
         self.max_turns, self.end_token_id, self.poll_s = max_turns, end_token_id, poll_s
         self.pending: dict[int, tuple[Any, list[ToolHandle]]] = {}  # seq_id -> (seq, its turn's calls)
+        self.sessions: Callable[[Any], Session | None] | None = None  # seq -> its episode (environments)
 
     @staticmethod
     def turn_start(seq) -> int:
@@ -44,7 +47,8 @@ class ToolTurns:
         _, calls = self.parse(text)
         if not calls:
             return False
-        self.pending[seq.seq_id] = (seq, [self.executor.submit(c) for c in calls])
+        session = self.sessions(seq) if self.sessions is not None else None
+        self.pending[seq.seq_id] = (seq, [self.executor.submit(c, session) for c in calls])
         return True
 
     def ready(self, timeout: float) -> list[tuple[Any, list[int] | None]]:

@@ -7,6 +7,10 @@
                             one file per rank under torchrun: resume with the same world size)
         rng-rank<R>.pt      each rank's torch RNG state
         state.json          step, prompt cursor, controller state, counters
+    with model.lora, instead of model/ and masters.safetensors:
+        adapter/            the PEFT adapter (adapter_config.json + adapter_model.safetensors, fp32 A and B): the
+                            base is model.path; a resume merges it again into the same weights, bit for bit
+        base_config.json    the HF config.json of the merged model (its dtype), for `tailrl export --merge`
 Written to a temporary folder and renamed by rank 0 once every rank is done, so a kill -9 never leaves a half
 checkpoint behind.
 """
@@ -24,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, se
 
 from tailrl.errors import UserError
 from tailrl.model.loading import iter_safetensors, save_hf
+from tailrl.model.peft_format import adapter_state, load_adapter_state, read_adapter, save_adapter
 from tailrl.model.weights import load_weights
 from tailrl.train.distributed import DistContext
 from tailrl.train.policy import Policy
@@ -48,8 +53,12 @@ def save_checkpoint(run_dir: Path, step: int, policy: Policy, optimizer, tokeniz
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     ctx.barrier()
-    masters = policy.masters() if policy.compute_dtype != torch.float32 else None  # collective: gathered
-    if ctx.main:
+    masters = policy.masters() if policy.compute_dtype != torch.float32 and not policy.lora else None  # gathered
+    adapter = adapter_state(policy.train, ctx.main) if policy.lora else None  # collective: gathered
+    if ctx.main and policy.lora:
+        save_adapter(tmp / "adapter", policy.train.lora_spec, adapter)
+        (tmp / "base_config.json").write_text(json.dumps(hf_config or {}, indent=2))
+    elif ctx.main:
         save_hf(policy.rollout, tmp / "model", tokenizer=tokenizer, hf_config=hf_config)
         if masters is not None:
             save_file({k: v.contiguous() for k, v in masters.items()}, str(tmp / "masters.safetensors"))
@@ -77,7 +86,13 @@ def load_checkpoint(path: Path, policy: Policy, optimizer, ctx: DistContext) -> 
     if saved_world != ctx.world:
         raise UserError(f"checkpoint {path} was written by {saved_world} rank(s); resume it with the same world "
                         f"size (got {ctx.world})")
-    if (path / "masters.safetensors").is_file():
+    if policy.lora != (path / "adapter").is_dir():
+        raise UserError(f"checkpoint {path} was written {'with' if not policy.lora else 'without'} model.lora; "
+                        f"resume it {'with' if not policy.lora else 'without'} it too")
+    if policy.lora:  # the adapter, merged into the base again (the same bits as before the save)
+        load_adapter_state(policy.train, read_adapter(path / "adapter")[1], f"checkpoint {path}")
+        policy.sync_rollout()
+    elif (path / "masters.safetensors").is_file():
         policy.load_masters(load_file(str(path / "masters.safetensors")))
     elif policy.shared:
         load_weights(policy.train, iter_safetensors([path / "model" / "model.safetensors"]))

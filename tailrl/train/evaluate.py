@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tailrl.engine import Request, SamplingParams
 from tailrl.train.distributed import SINGLE, DistContext
+from tailrl.train.groups import reward_text
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -36,17 +37,27 @@ class Sample:
 
 
 def score_shard(engine, tokenizer, examples: list, encode, reward, samples: int, params: SamplingParams,
-                ctx: DistContext = SINGLE) -> tuple[list[Sample], float]:
+                ctx: DistContext = SINGLE, episodes=None) -> tuple[list[Sample], float]:
     """This rank's share of the prompts, generated and scored; correct = the first reward function scores
-    >= 1. Returns the samples and the generation seconds."""
+    >= 1. Returns the samples and the generation seconds. episodes: rollout.environment's (train/episodes.py):
+    each sample's prompt after its reset, the environment's reward in the score."""
     mine = ctx.share(list(enumerate(examples)))
     if not mine:  # more ranks than prompts
         return [], 0.0
-    reqs = [Request(encode(ex), uid=i, n=samples, params=params) for i, ex in mine]
-    rollouts, trace = engine.generate(reqs)
-    texts = [tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in rollouts]
-    flat = [examples[r.uid] for r in rollouts]
-    batch = reward.score([ex.prompt for ex in flat], texts, [ex.row for ex in flat])
+    try:
+        if episodes is not None:
+            reqs = [q for i, ex in mine for q in episodes.requests(i, ex, samples, params)]
+        else:
+            reqs = [Request(encode(ex), uid=i, n=samples, params=params) for i, ex in mine]
+        rollouts, trace = engine.generate(reqs)
+        texts = [reward_text(tokenizer, r) for r in rollouts]
+        flat = [examples[r.uid] for r in rollouts]
+        batch = reward.score([ex.prompt for ex in flat], texts, [ex.row for ex in flat])
+        if episodes is not None:
+            batch = episodes.add_reward(batch, [(r.uid, r.sample_index) for r in rollouts])
+    finally:
+        if episodes is not None:
+            episodes.close()
     correct = batch.components[reward.names[0]]
     return [Sample(r.uid, r.sample_index, r.num_tokens, s, v >= 1.0)
             for r, s, v in zip(rollouts, batch.scores, correct)], trace.t_end
@@ -73,9 +84,9 @@ def eval_metrics(samples: list[Sample], num_prompts: int, per_prompt: int, ks: t
 
 
 def evaluate(engine, tokenizer, examples: list, encode, reward, samples: int, params: SamplingParams,
-             ks: tuple[int, ...] = (1,), ctx: DistContext = SINGLE) -> dict[str, float]:
+             ks: tuple[int, ...] = (1,), ctx: DistContext = SINGLE, episodes=None) -> dict[str, float]:
     """Generate `samples` completions per example (this rank's shard under torchrun; a collective there)."""
-    mine, gen_s = score_shard(engine, tokenizer, examples, encode, reward, samples, params, ctx)
+    mine, gen_s = score_shard(engine, tokenizer, examples, encode, reward, samples, params, ctx, episodes)
     parts = ctx.gather((mine, gen_s))
     out = eval_metrics([s for p in parts for s in p[0]], len(examples), samples, ks)
     return out | {"eval/timing_s": max(p[1] for p in parts)}

@@ -34,3 +34,9 @@ def subset(group: Group, idx: list[int]) -> Group:
               [group.scores[i] for i in idx], {k: [v[i] for i in idx] for k, v in group.components.items()})
     g.full = group.full if group.full is not None else group
     return g
+
+
+def reward_text(tokenizer, rollout: Rollout) -> str:
+    """What the reward functions read of a rollout: its final turn's text (after the last observation of a
+    multi-turn rollout; the whole completion otherwise)."""
+    return tokenizer.decode(rollout.final_turn_ids, skip_special_tokens=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from tailrl.outputs.timeline import draw_timeline
 from tailrl.train.metrics import step_rows
 
 
@@ -42,11 +43,10 @@ def report_figure(rows: list[dict], last_phase, tau: float):
     a = ax[0, 1]
     if last_phase is not None and last_phase.traces:
         tr = last_phase.traces[0]
-        times, batch = tr.timeline()
-        a.step(times + [tr.t_end], batch + [batch[-1] if batch else 0], where="post")
+        draw_timeline(a, tr)
+        if tr.parked_frac() > 0:
+            a.legend(loc="upper right")
         a.set_title(f"last step's rollout timeline (tail efficiency {tr.tail_efficiency():.2f})")
-    a.set_xlabel("seconds")
-    a.set_ylabel("active sequences")
 
     a = ax[1, 0]
     rel, lengths = [], []

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from tailrl.engine import Engine, Request, Rollout, RolloutTrace, SamplingParams
 from tailrl.train.distributed import SINGLE, DistContext
-from tailrl.train.groups import Group
+from tailrl.train.episodes import Episodes
+from tailrl.train.groups import Group, reward_text
 from tailrl.train.shaping import Shaper
 from tailrl.train.stop import StepAbandoned, StopSignals
 
@@ -39,8 +40,11 @@ class RolloutWorker:
     """Draws prompts, generates G samples each with the shared engine, scores them."""
 
     def __init__(self, engine: Engine, tokenizer, sampler, reward, encode, params: SamplingParams,
-                 ctx: DistContext = SINGLE, guard: StopSignals | None = None):
+                 ctx: DistContext = SINGLE, guard: StopSignals | None = None, episodes: Episodes | None = None):
+        """episodes: rollout.environment's episodes (train/episodes.py): prompts after each instance's reset,
+        its reward added to the score."""
         self.ctx = ctx
+        self.episodes = episodes
         self.guard = guard  # a stop's deadline may abandon the rollout (None: never)
         self.engine = engine
         self.tokenizer = tokenizer
@@ -51,11 +55,8 @@ class RolloutWorker:
         self.draws = 0  # prompts drawn so far: each draw gets a fresh sampling uid
 
     def generate_groups(self, examples: list, group_size: int) -> tuple[list[Group], RolloutTrace, float, int, int]:
-        requests, prompt_ids, by_uid = [], [], {}
+        by_uid = {}
         for ex in examples:
-            ids = self.encode(ex)
-            prompt_ids.append(ids)
-            requests.append(Request(ids, uid=self.draws, n=group_size, params=self.params))
             by_uid[self.draws] = ex
             self.draws += 1
         finished: dict[int, list[Rollout]] = {}
@@ -67,23 +68,27 @@ class RolloutWorker:
             done.append(r)
             if len(done) == group_size:
                 rs = sorted(done, key=lambda x: x.sample_index)
-                texts = [self.tokenizer.decode(x.token_ids, skip_special_tokens=True) for x in rs]
+                texts = [reward_text(self.tokenizer, x) for x in rs]
                 ex = by_uid[r.uid]
                 with shield():  # never cut a hand-over to the reward processes
                     submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
 
-        mine = self.ctx.share(list(zip(requests, examples, prompt_ids)))  # every request, in one process
+        mine = self.ctx.share(list(by_uid.items()))  # every prompt, in one process
+        requests = {uid: self._requests(uid, ex, group_size) for uid, ex in mine}
         abandoned = None
         try:
             with self.guard.rollout() if self.guard else contextlib.nullcontext():
-                _, trace = self.engine.generate([q for q, _, _ in mine], on_finish=on_finish)
+                _, trace = self.engine.generate([q for qs in requests.values() for q in qs], on_finish=on_finish)
                 t0 = time.perf_counter()
-                scored = [self.reward.result(submitted[q.uid][2]) for q, _, _ in mine]  # what the tail left to score
+                scored = [self._score(uid, *submitted[uid]) for uid, _ in mine]  # what the tail left to score
                 reward_s = time.perf_counter() - t0
         except StepAbandoned as e:  # this rank's share is dropped; the gather tells the others
             scored, trace, reward_s, abandoned = [], None, 0.0, str(e)
-        groups = [Group(ex, ids, *submitted[q.uid][:2], list(batch.scores), batch.components)
-                  for (q, ex, ids), batch in zip(mine, scored)]
+        finally:
+            if self.episodes is not None:
+                self.episodes.close()  # an abandoned step's episodes (scored ones are closed already)
+        groups = [Group(ex, requests[uid][0].prompt_ids, *submitted[uid][:2], list(batch.scores), batch.components)
+                  for (uid, ex), batch in zip(mine, scored)]
         errors, timeouts = sum(b.errors for b in scored), sum(b.timeouts for b in scored)
         if self.ctx.enabled:  # every rank gets every group, in request order (and learns every rank's abandon)
             parts = self.ctx.gather((groups, errors, timeouts, abandoned))
@@ -96,6 +101,19 @@ class RolloutWorker:
         for g in groups:
             g.components = {k: g.components.get(k, [0.0] * len(g.rollouts)) for k in names}
         return groups, trace, reward_s, errors, timeouts
+
+    def _requests(self, uid: int, ex, n: int) -> list[Request]:
+        """The engine requests of one prompt's n samples: one Request, or with an environment the episodes'."""
+        if self.episodes is not None:
+            return self.episodes.requests(uid, ex, n, self.params)
+        return [Request(self.encode(ex), uid=uid, n=n, params=self.params)]
+
+    def _score(self, uid: int, rollouts: list[Rollout], texts: list[str], ticket: int):
+        """The reward functions' batch of one group, with its episodes' rewards added (environments)."""
+        batch = self.reward.result(ticket)
+        if self.episodes is not None:
+            batch = self.episodes.add_reward(batch, [(uid, r.sample_index) for r in rollouts])
+        return batch
 
     def step(self, num_prompts: int, group_size: int, shaper: Shaper, max_refill_rounds: int) -> RolloutPhase:
         """Generate P groups and shape them; while the shaper drops groups (DAPO) and refills are asked

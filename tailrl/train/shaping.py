@@ -55,7 +55,7 @@ class OverlongPenalty:
     def apply(self, groups: list[Group]) -> list[Group]:
         for g in groups:  # in place: the generated groups' logged rewards include the penalty
             for i, r in enumerate(g.rollouts):
-                p = overlong_penalty(r.num_tokens, self.max_new_tokens, self.buffer, self.penalty)
+                p = overlong_penalty(r.num_model_tokens, self.max_new_tokens, self.buffer, self.penalty)  # no observations
                 g.scores[i] += p
                 self.seen += 1
                 self.penalized += p < 0

@@ -19,7 +19,6 @@ import contextlib
 import copy
 import json
 import os
-import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +32,6 @@ from tailrl.control import build_controller
 from tailrl.data.datasets import encode_example, load_dataset
 from tailrl.data.sampler import PromptSampler
 from tailrl.engine import SamplingParams
-from tailrl.engine.telemetry import merge_spec
 from tailrl.errors import UserError
 from tailrl.model import load
 from tailrl.model.loading import (
@@ -46,17 +44,20 @@ from tailrl.model.loading import (
 from tailrl.model.weights import hf_state_dict, load_weights
 from tailrl.rewards import build_reward
 from tailrl.speculative import build_engine
-from tailrl.tail import group_ratios, straggler_rate
+from tailrl.tools import ToolTurns
 from tailrl.train.batch import make_train_batch
 from tailrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tailrl.train.distributed import init_distributed, rank_device
+from tailrl.train.episodes import Episodes
 from tailrl.train.evaluate import evaluate
 from tailrl.train.metrics import MetricsLogger
-from tailrl.train.policy import Policy
+from tailrl.train.policy import Policy, setup_lora
 from tailrl.train.recipe import validate
 from tailrl.train.rollout import RolloutWorker, update_time_saved
 from tailrl.train.shaping import PodsSelect, Shaper
+from tailrl.train.step_metrics import rollout_metrics
 from tailrl.train.stop import StepAbandoned, StopSignals
+from tailrl.train.tools import build_executor, tool_metrics
 from tailrl.train.update import TrainingDiverged, UpdateParams, batch_logprobs, kl_reward_penalty, update_step
 
 
@@ -64,6 +65,16 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: str | Path, resume: bool = False):
         self.cfg = cfg = validate(cfg)
         self.run_dir = Path(run_dir)
+        self.logger = self.engine = self.reward = None  # close() releases whatever was started
+        # multi-turn tools: loaded and checked before the model (a bad tools file is one line, exit 2)
+        self.tools = build_executor(cfg.rollout)
+        try:
+            self._build(cfg, resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, cfg: Config, resume: bool) -> None:
         device = resolve_device(cfg.model.device)
         # one process, or this rank of a torchrun job
         self.ctx = ctx = init_distributed(device, cfg.train.dist_timeout_s)
@@ -75,6 +86,8 @@ class Trainer:
                                      device="cpu" if ctx.enabled and here.startswith("cuda") else here)
         dtype = str(resolve_dtype(cfg.model.dtype, here)).removeprefix("torch.")  # model.dtype=auto resolved here
         self.hf_config = args_to_hf_config(model.args) | {"torch_dtype": dtype}
+        # model.lora: the base frozen in model.dtype with fp32 adapters, its weights the merged ones (train/policy.py)
+        setup_lora(model, cfg.model.lora, resolve_dtype(dtype), cfg.train.seed, cfg.model.path)
         self.reference = None
         if cfg.algo.kl_coef > 0:  # the initial policy, frozen (a full replica in model.dtype on every rank)
             self.reference = clone_model(model, resolve_dtype(dtype), here).eval().requires_grad_(False)
@@ -83,59 +96,58 @@ class Trainer:
         self.dataset = load_dataset(cfg.data)
         self.sampler = PromptSampler(self.dataset, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
         self.reward = build_reward(cfg.reward)
-        self.logger = None  # rank 0 logs
-        self.engine = None
         self.stop = StopSignals(cfg.train.stop_grace_s, announce=ctx.main)  # fit() installs its signal handlers
         self.stopped: str | None = None  # what stopped fit() early (a signal's name), None when it ran to the end
-        try:  # whatever fails from here closes what was started (the reward pool's processes)
-            r_g = cfg.rollout.group_size
-            c = cfg.control
-            self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
-                                               delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
-            self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=cfg.rollout.straggler_tau)
-            r = cfg.rollout
-            self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                         max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
-            self._encoded: dict[int, list[int]] = {}
-            chat = cfg.data.chat_template
+        r_g = cfg.rollout.group_size
+        c = cfg.control
+        self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
+                                           delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
+        r = cfg.rollout
+        turns = ToolTurns(self.tools, self.tokenizer, r.tool_parser, r.max_turns) if self.tools else None
+        chat = cfg.data.chat_template
+        schemas = self.tools.schemas if self.tools else None  # the chat template's tools=
+        self.episodes = None  # rollout.environment: an instance per rollout, reset before its prompt is encoded
+        if self.tools is not None and self.tools.environment is not None:
+            self.episodes = Episodes(self.tools, lambda ex: encode_example(ex, self.tokenizer, chat, schemas))
+            turns.sessions = self.episodes.session_of
+        self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=r.straggler_tau, turns=turns)
+        self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                     max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
+        self._encoded: dict[int, list[int]] = {}
 
-            def encode(ex):
-                if ex.uid not in self._encoded:
-                    self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat)
-                return self._encoded[ex.uid]
+        def encode(ex):
+            if ex.uid not in self._encoded:
+                self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat, schemas)
+            return self._encoded[ex.uid]
 
-            self.eval_examples = []
-            if cfg.train.eval_every and cfg.data.eval_source:
-                self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
-            self._encode = encode
-            self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx,
-                                        guard=self.stop)
-            self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
-            t = cfg.train
-            self.optimizer = torch.optim.AdamW(self.policy.train.parameters(), lr=t.lr, betas=tuple(t.adam_betas),
-                                               weight_decay=t.weight_decay)
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
-            self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
-                device.startswith("cuda")
-            self.update_params = UpdateParams.from_config(cfg)
-            self.step_idx = 0
-            self.last_checkpoint: Path | None = None
-            self._cost = {"update": 0.0, "eval": 0.0, "save": 0.0}  # last seconds of each: a stop's reserve
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            if resume:
-                ckpt = latest_checkpoint(self.run_dir)
-                if ckpt is not None:
-                    self._restore(ckpt)
-            if ctx.main:
-                dump_config(cfg, self.run_dir / "config.yaml")
-                # rows past the checkpoint were made by steps that run again (all of them without a checkpoint)
-                since = None if not resume else self.step_idx if self.last_checkpoint else -1
-                self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
-                                            resume_step=since, rollouts=t.save_rollouts)
-        except BaseException:
-            self.close()
-            raise
+        self.eval_examples = []
+        if cfg.train.eval_every and cfg.data.eval_source:
+            self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
+        self._encode = encode
+        self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx,
+                                    guard=self.stop, episodes=self.episodes)
+        self.shaper = Shaper.from_config(cfg.algo, r.max_new_tokens, r.seed)
+        t = cfg.train
+        self.optimizer = self.policy.make_optimizer(t.lr, tuple(t.adam_betas), t.weight_decay)  # LoRA: adapters
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / t.warmup_steps) if t.warmup_steps > 0 else 1.0)
+        self.release_kv = t.release_kv_during_update if t.release_kv_during_update is not None else \
+            device.startswith("cuda")
+        self.update_params = UpdateParams.from_config(cfg)
+        self.step_idx = 0
+        self.last_checkpoint: Path | None = None
+        self._cost = {"update": 0.0, "eval": 0.0, "save": 0.0}  # last seconds of each: a stop's reserve
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is not None:
+                self._restore(ckpt)
+        if ctx.main:
+            dump_config(cfg, self.run_dir / "config.yaml")
+            # rows past the checkpoint were made by steps that run again (all of them without a checkpoint)
+            since = None if not resume else self.step_idx if self.last_checkpoint else -1
+            self.logger = MetricsLogger(self.run_dir, t.tensorboard, t.wandb, t.wandb_project, to_dict(cfg),
+                                        resume_step=since, rollouts=t.save_rollouts)
 
     def close(self) -> None:
         """Release what the trainer started: the metrics files, the reward pool's worker processes, the
@@ -145,7 +157,10 @@ class Trainer:
             self.logger = None
         if self.engine is not None:
             self.engine.close()
-        self.reward.close()
+        if self.reward is not None:
+            self.reward.close()
+        if self.tools is not None:
+            self.tools.close()
 
     @property
     def model(self):
@@ -196,6 +211,7 @@ class Trainer:
         metrics = self._rollout_metrics(phase, G)
         metrics |= self.controller.metrics()
         metrics |= self.shaper.metrics(phase.groups)
+        self.policy.reset_peak_memory()  # perf/max_memory_allocated_gb: the update's peak
         t1 = time.perf_counter()
         if self.release_kv:  # rollout K/V and training activations need not fit at once
             self.engine.release_kv()
@@ -205,6 +221,7 @@ class Trainer:
                 metrics |= self._update(phase.groups)
         self.policy.sync_rollout()  # the engine's weights follow the masters (in place)
         metrics["timing_s/update"] = time.perf_counter() - t1
+        metrics |= self.policy.memory_metrics(self.optimizer)  # perf/*: optimizer state, the update's memory
         if self.shaper.step_of(PodsSelect) is not None:
             metrics["pods/update_time_saved_s"] = update_time_saved(metrics["timing_s/update"], metrics["pods/kept_token_frac"])
         self.controller.observe([g.lengths for g in phase.generated])
@@ -218,10 +235,11 @@ class Trainer:
         scores = torch.tensor([s for g in groups for s in g.scores])
         ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
         dev = self.policy.rollout.embed_tokens.weight.device  # the masters' device (sharded or not)
-        batch = make_train_batch([g.prompt_ids for g in groups for _ in g.rollouts],
+        batch = make_train_batch([r.prompt_ids for g in groups for r in g.rollouts],  # an episode's own prompt
                                  [r.token_ids for g in groups for r in g.rollouts], torch.zeros(len(scores)),
                                  pad_id=self.tokenizer.pad_token_id or 0, device=dev,
-                                 rollout_logprobs=[r.logprobs for g in groups for r in g.rollouts])
+                                 rollout_logprobs=[r.logprobs for g in groups for r in g.rollouts],
+                                 token_masks=[r.token_mask for g in groups for r in g.rollouts])
         mb = (self.update_params.micro_batch_size, self.update_params.temperature, self.update_params.micro_batch_tokens)
         par = {"ctx": self.ctx, "autocast": self.policy.autocast}
         if self.reference is not None:
@@ -243,37 +261,11 @@ class Trainer:
         return out
 
     def _rollout_metrics(self, phase, G: int) -> dict[str, float]:
-        gen = phase.generated
-        scores = [s for g in gen for s in g.scores]
-        lengths = [n for g in gen for n in g.lengths]
-        reasons = [r.finish_reason for g in gen for r in g.rollouts]
-        m: dict[str, float] = {
-            "rollout/group_size": float(G), "data/prompts": float(len(gen)), "data/epoch": float(self.sampler.epoch),
-            "data/skipped_rows": float(self.dataset.skipped),
-            "reward/mean": statistics.mean(scores), "reward/std": statistics.pstdev(scores),
-            "frac_reward_zero_std": sum(g.score_std == 0 for g in gen) / len(gen),
-            "response_length/mean": statistics.mean(lengths), "response_length/max": float(max(lengths)),
-            "response_length/min": float(min(lengths)),
-            "response_length/clip_ratio": sum(r == "length" for r in reasons) / len(reasons),
-            "rollout/errors": float(sum(r == "error" for r in reasons)),
-            "reward/errors": float(phase.reward_errors), "reward/timeouts": float(phase.reward_timeouts),
-        }
-        for name in (gen[0].components if gen else []):
-            allv = [v for g in gen for v in g.components[name]]
-            m[f"reward/{name}/mean"] = statistics.mean(allv)
-        first = self.reward.names[0] if getattr(self.reward, "names", None) else None
-        if first and f"reward/{first}/mean" in m:
-            m["reward/accuracy"] = statistics.mean(float(v >= 1.0) for g in gen for v in g.components[first])
-        # length statistics from the step's groups (every rank's, all-gathered), timing from this rank's traces
-        done = [[r.num_tokens for r in g.rollouts if r.finish_reason != "error"] for g in gen]
-        ratios = group_ratios(done)
-        eff = [tr.tail_efficiency() for tr in phase.traces]
-        m |= {"rollout/len_max_over_median": statistics.mean(ratios) if ratios else 0.0,
-              "rollout/straggler_rate": straggler_rate(done, self.cfg.rollout.straggler_tau),
-              "rollout/tail_efficiency": statistics.mean(eff), "rollout/tail_phase_frac":
-              statistics.mean(tr.tail_phase_frac() for tr in phase.traces),
-              "rollout/tokens_per_s": sum(tr.decode_tokens for tr in phase.traces) / max(1e-9, sum(tr.t_end for tr in phase.traces))}
-        m |= merge_spec([tr.spec for tr in phase.traces])  # speculation (engine.spec.method != none)
+        m = {"rollout/group_size": float(G), "data/prompts": float(len(phase.generated)),
+             "data/epoch": float(self.sampler.epoch), "data/skipped_rows": float(self.dataset.skipped)}
+        m |= rollout_metrics(phase, getattr(self.reward, "names", None), self.cfg.rollout.straggler_tau)
+        if self.tools is not None:  # multi-turn: turns, tool calls, time parked on tools
+            m |= tool_metrics(self.tools, [r for g in phase.generated for r in g.rollouts], phase.traces, self.ctx)
         return m
 
     def evaluate(self) -> dict[str, float]:
@@ -281,7 +273,10 @@ class Trainer:
         rank scores a shard (a collective: every rank calls it)."""
         t0 = time.perf_counter()
         out = evaluate(self.engine, self.tokenizer, self.eval_examples, self._encode, self.reward, 1,
-                       replace(self.params, seed=self.params.seed + 7919), ctx=self.ctx)
+                       replace(self.params, seed=self.params.seed + 7919), ctx=self.ctx, episodes=self.episodes)
+        if self.tools is not None:  # the held-out rollouts' tool calls: eval/*, not the next step's tools/*
+            calls = self.ctx.sum([self.tools.metrics()["tools/calls"]])[0]
+            out["eval/tool_calls_mean"] = calls / max(out.get("eval/prompts", 0.0), 1.0)
         self._cost["eval"] = time.perf_counter() - t0
         return out
 

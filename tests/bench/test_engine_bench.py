@@ -59,3 +59,20 @@ def test_bad_arguments_are_one_line(capsys):
     assert "--engine max_batch_size: set by the benchmark" in capsys.readouterr().err
     assert main(["bench", "exactness", "--shape", "huge", "--out-dir", "unused"]) == 2
     assert "unknown model shape 'huge'; valid: tiny, small, " in capsys.readouterr().err
+
+
+def test_samplers_side_by_side(tmp_path):
+    """--samplers: every decode step timed once per sampler, interleaved, and the tokens/s ratio table."""
+    from tailrl.bench.engine import run_engine_bench
+
+    res = run_engine_bench(str(tmp_path), ["tiny"], [1, 2], context=8, steps=1, warmup=0, device="cpu",
+                           dtype="float32", tail=False, tail_batch=1, tail_max_len=8, tail_median=4.0,
+                           tail_shape="small", repeat=1, overrides={}, progress=lambda *_: None, sampling_batch=2,
+                           samplers=["blocked", "gumbel"])
+    assert [(r["batch"], r["sampler"]) for r in res["steps"]] == [(1, "blocked"), (1, "gumbel"), (2, "blocked"),
+                                                                   (2, "gumbel")]
+    assert [s["sampler"] for s in res["samplings"]] == ["blocked", "gumbel"]
+    md = (tmp_path / "summary.md").read_text()
+    want = res["steps"][0]["step_ms"] / res["steps"][1]["step_ms"]
+    assert "relative to `blocked`" in md and f"| tiny | 1 | {want:.3f}x |" in md
+    assert main(["bench", "engine", "--samplers", "gumbel", "--engine", "sampler=blocked", "--no-tail"]) == 2

@@ -4,7 +4,6 @@ global batch (token-identical rollouts through SAGC, DAPO refills and PODS; equa
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,10 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 
-from tests.helpers import base_overrides
+from tests.helpers import base_overrides, jsonl_rows, run_cli, write_config
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -33,30 +31,11 @@ def _config(tmp_path: Path, model_dir, data, **extra) -> Path:
             "control.kind": "sagc", "control.candidates": "[4,8]", "algo.name": "dapo",
             "algo.downsample.rule": "max_variance", "algo.downsample.ratio": 2, "rollout.max_new_tokens": 12,
             "train.out_dir": str(tmp_path / "runs")} | extra
-    tree: dict = {}
-    for o in base_overrides(model_dir, data, None, **over):
-        key, value = o.split("=", 1)
-        *path, leaf = key.split(".")
-        node = tree
-        for p in path:
-            node = node.setdefault(p, {})
-        node[leaf] = yaml.safe_load(value)
-    f = tmp_path / "cfg.yaml"
-    f.write_text(yaml.safe_dump(tree))
-    return f
-
-
-def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
+    return write_config(tmp_path / "cfg.yaml", base_overrides(model_dir, data, None, **over))
 
 
 def _weights(run: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(str(run / "checkpoints" / f"step-{step:06d}" / "model" / "model.safetensors"))
-
-
-def _rows(path: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (path / name).read_text().splitlines()]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -65,9 +44,9 @@ def test_two_ranks_train_like_one_process(tiny_model_dir, arith_data, tmp_path, 
     differ from one process's by fp32 summation order only (bf16 all-gathered parameters and a plain bf16
     forward gave 3 of 52 rollouts different and masters 4e-3 apart)."""
     cfg = _config(tmp_path, tiny_model_dir, arith_data, **{"train.total_steps": 3, "model.dtype": dtype})
-    one = _run([sys.executable, "-m", "tailrl", "train", str(cfg), "train.run_name=one"], tmp_path)
+    one = run_cli([sys.executable, "-m", "tailrl", "train", str(cfg), "train.run_name=one"], tmp_path)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = _run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
+    two = run_cli(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
                            "train.run_name=two"], tmp_path)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = tmp_path / "runs" / "one", tmp_path / "runs" / "two"
@@ -75,9 +54,9 @@ def test_two_ranks_train_like_one_process(tiny_model_dir, arith_data, tmp_path, 
     def key(r):
         return r["step"], r["uid"], r["sample_index"]
 
-    ra, rb = sorted(_rows(a, "rollouts.jsonl"), key=key), sorted(_rows(b, "rollouts.jsonl"), key=key)
+    ra, rb = sorted(jsonl_rows(a / "rollouts.jsonl"), key=key), sorted(jsonl_rows(b / "rollouts.jsonl"), key=key)
     assert len(ra) == len(rb) > 40 and ra == rb  # tokens, texts, rewards, which were trained: identical
-    ma, mb = _rows(a, "metrics.jsonl"), _rows(b, "metrics.jsonl")
+    ma, mb = jsonl_rows(a / "metrics.jsonl"), jsonl_rows(b / "metrics.jsonl")
     for k in ("rollout/group_size", "dapo/refill_rounds", "pods/m", "reward/mean", "actor/loss",
               "rollout/straggler_rate", "rollout/len_max_over_median", "response_length/mean"):
         assert [r[k] for r in ma] == [r[k] for r in mb], k
@@ -114,7 +93,7 @@ def _log(tmp_path: Path, tag: str) -> str:
 
 def test_two_nodes_killed_mid_run_resume_to_the_same_weights(tiny_model_dir, arith_data, tmp_path):
     cfg = _config(tmp_path, tiny_model_dir, arith_data, **{"train.total_steps": 4, "train.save_every": 1})
-    ref = _run(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
+    ref = run_cli(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
                            "train.run_name=ref"], tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     run = tmp_path / "runs" / "killed"

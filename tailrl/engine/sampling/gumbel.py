@@ -85,8 +85,11 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     """sample_gumbel_race's tokens and logprobs, with per-token noise only where a token can win.
 
     1. Group maxima of the logits (one pass, no copy); the row's first largest logit from them, and s* =
-       its score (noise with torch.log) - PRUNE_MARGIN: a lower bound of the winning score (the largest
-       logit is always kept).
+       the best of its score and of every group leader's (the token holding its group's largest noise M_b,
+       one per group; kept ones only), noise with torch.log, - PRUNE_MARGIN: a lower bound of the winning
+       score (the largest logit is always kept). The leaders make the bound tight when the logits are flat
+       (a random-weight model, a high temperature): the winner is then nearly always a leader, and with the
+       top logit's score alone almost every token would stay a candidate.
     2. A token t of group b can win only if x_t + M_b >= s* (every noise of group b is <= M_b): with M_b
        from torch.log and the bound widened by margins, one comparison of the logits against a per-group
        limit (one pass, a bool (B, V)) finds a superset of those tokens, typically a few hundredths of the
@@ -113,7 +116,8 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
     ts = t.squeeze(-1)
     approx = gumbel_noise((h32, hg, hj), top.unsqueeze(-1), torch.log).squeeze(-1)
     s_star = (logits[arow, top].float() / ts).double() + approx - PRUNE_MARGIN  # <= the top's exact score
-    m_approx = group_noise(hg.unsqueeze(-1), hj.unsqueeze(-1), torch.arange(nb, device=dev), torch.log)[0]
+    m_approx, _, slot = group_noise(hg.unsqueeze(-1), hj.unsqueeze(-1), torch.arange(nb, device=dev), torch.log)
+    s_star = torch.maximum(s_star, _leader_bound(logits, p, floor, ts, m_approx, slot))
     # x + M_b >= s*  <=>  x >= s* - M_b, in logit units (x = fl32(l / T), T > 0), widened for the rounding of
     # l / T, of M_b (torch.log) and of the limit's own cast to float32
     lim = (s_star.unsqueeze(-1) - m_approx - PRUNE_MARGIN) * ts.double().unsqueeze(-1)  # (B, nb)
@@ -143,6 +147,22 @@ def sample_gumbel_fast(logits: torch.Tensor, h: torch.Tensor, temperature: torch
         stats["hashed"] = stats.get("hashed", 0) + int(tk.numel()) + B
         stats["tokens"] = stats.get("tokens", 0) + B * V
     return finish(logits, tokens, temperature, m, t, total, flags[2])
+
+
+def _leader_bound(logits: torch.Tensor, p: torch.Tensor, floor: torch.Tensor | None, ts: torch.Tensor,
+                  m_approx: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """(B,) float64: the best score of the kept group leaders (token b * GROUP + J_b holds its group's largest
+    noise M_b; a leader past V is virtual) - PRUNE_MARGIN, -inf where none is kept. With M_b from torch.log
+    it is below the leaders' exact best score, hence below the winner's."""
+    B, V = logits.shape
+    nb = m_approx.shape[-1]
+    ids = torch.arange(nb, device=logits.device) * GROUP + slot  # (B, nb)
+    real = ids < V
+    ids = ids.clamp(max=V - 1)
+    score = (logits.gather(1, ids).float() / ts.unsqueeze(-1)).double() + m_approx
+    if floor is not None:
+        real &= p.view(torch.int32).gather(1, ids) >= floor.unsqueeze(-1)
+    return torch.where(real, score, float("-inf")).amax(-1) - PRUNE_MARGIN
 
 
 def keep_threshold_from(logits: torch.Tensor, p: torch.Tensor, floor: torch.Tensor | None) -> torch.Tensor:

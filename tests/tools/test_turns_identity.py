@@ -1,0 +1,49 @@
+"""The contract through the real tool path: ToolTurns, the executor's worker processes, a tool whose
+latency is random (not seeded), observations rendered by a Qwen2.5 chat template. Multi-turn rollouts are
+token-identical alone or batched, with 1 or 3 workers (other completion orders) and with speculation on.
+
+A random model writes no `<tool_call>` blocks, so the turn's text is read by a parser that makes one
+`echo` call of the turn's last characters (deterministic content) with a random delay (latency)."""
+
+import random
+
+import pytest
+
+from tailrl.config import EngineConfig, SpecConfig
+from tailrl.engine import Request, SamplingParams
+from tailrl.speculative import build_engine
+from tailrl.tools import ToolCall, ToolExecutor, ToolTurns
+from tests.helpers import tiny_native
+from tests.tools.test_chat import tok  # noqa: F401  (the Qwen2.5-template tokenizer fixture)
+
+pytestmark = pytest.mark.slow  # starts worker processes
+
+jitter = random.Random()  # unseeded on purpose: the latencies differ from run to run
+
+
+def echo_parser(text: str):
+    return text, [ToolCall("echo", {"text": text[-3:], "delay": jitter.uniform(0.0, 0.03)})]
+
+
+def _run(model, tok, requests, workers: int, spec: str = "none"):  # noqa: F811
+    with ToolExecutor(tools=["tests.tools.sample_tools:echo"], workers=workers) as ex:
+        turns = ToolTurns(ex, tok, max_turns=2)
+        turns.parse = echo_parser
+        cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, max_batch_size=16, spec=SpecConfig(method=spec))
+        outs, _ = build_engine(model, tok, cfg, eos_ids=[tok.eos_token_id], turns=turns).generate(requests)
+    return {(o.uid, o.sample_index): (o.token_ids, o.token_mask, o.finish_reason) for o in outs}
+
+
+def test_multi_turn_rollouts_with_real_tools_are_identical_alone_batched_and_with_speculation(tok):  # noqa: F811
+    model = tiny_native("llama", vocab=len(tok))[0]
+    stops = tuple(tok.convert_tokens_to_ids(c) for c in "aeiou")  # a turn ends every ~20 tokens
+    params = SamplingParams(temperature=1.0, max_new_tokens=60, seed=11, stop_token_ids=stops)
+    requests = [Request(tok.encode(f"<|im_start|>user\nQ{u}<|im_end|>\n<|im_start|>assistant\n",
+                                   add_special_tokens=False), uid=u, n=2, params=params) for u in range(3)]
+    batched = _run(model, tok, requests, workers=3)
+    assert sum(1 for ids, mask, _ in batched.values() if mask and 0 in mask) >= 3  # tool turns happened
+    alone = {}
+    for r in requests:
+        alone |= _run(model, tok, [r], workers=1)
+    assert alone == batched
+    assert _run(model, tok, requests, workers=1, spec="ngram") == batched
