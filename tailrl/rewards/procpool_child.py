@@ -33,7 +33,7 @@ def serve(load: Load) -> None:
     """Run this process as a pool worker: argv is `FD ARGS_JSON` (see the module docstring)."""
     fd, args = int(sys.argv[1]), json.loads(sys.argv[2])
     die_with_parent(args["parent"])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    ignore_stop_signals()
     faulthandler.enable()  # code that crashes the interpreter leaves its traceback on stderr
     sys.path[:] = args["sys_path"]  # "package.module:function" imports what the parent could import
     conn = Connection(fd)
@@ -55,6 +55,14 @@ def _answer_all(conn: Connection, load: Load, args: dict) -> None:
     conn.send(("ready", info))
     while (message := conn.recv()) is not None:
         conn.send(answer(message))
+
+
+def ignore_stop_signals() -> None:
+    """Ctrl-C reaches the whole process group and SLURM signals every process of a step (SIGTERM at its time
+    limit or a preemption): the parent's stop guard (train/stop.py) decides when the step ends, and this
+    process dies with it (die_with_parent) or is killed by it (SIGKILL)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def die_with_parent(parent: int) -> None:

@@ -262,3 +262,24 @@ def test_profile_without_the_needed_core_counts_is_a_clear_error(model, drafts, 
                       decoupled=DecoupledSpecConfig(draft_cores=1, verify_cores=1, profile=str(tmp_path / "p.json")))
     with pytest.raises(UserError, match="no drafts for 2 core"):
         build_engine(model, None, EngineConfig(spec=spec))
+
+
+@pytest.mark.slow
+def test_the_drafter_outlives_a_slurm_wide_sigterm(model, drafts):
+    """SLURM signals every process of a step: the drafter ignores SIGTERM (the trainer's stop guard decides
+    when the step ends) and the next rollout still drafts, token-identical to plain decoding."""
+    import os
+    import signal
+
+    base, _, _, _ = _run(model)
+    spec = SpecConfig(method=f"draft:{drafts / 'self'}", mode="decoupled", gate=False,
+                      decoupled=DecoupledSpecConfig(window=2))
+    engine = build_engine(model, None, EngineConfig(kv_cache_tokens=4096, block_size=4, spec=spec), eos_ids=[2])
+    try:
+        os.kill(engine.strategy.proc.pid, signal.SIGTERM)
+        params = SamplingParams(temperature=1.0, max_new_tokens=40, seed=5)
+        outs, trace = engine.generate([Request(p, uid=10 + i, n=4, params=params) for i, p in enumerate(PROMPTS)])
+        assert engine.strategy.proc.poll() is None and trace.spec["spec/acceptance_rate"] > 0.5
+        assert {(o.uid, o.sample_index): (o.token_ids, o.finish_reason) for o in outs} == base
+    finally:
+        engine.strategy.close()

@@ -139,3 +139,17 @@ def test_bad_settings_fail_before_any_worker_starts():
     with pytest.raises(ValueError, match="needs an environment"):
         with ToolExecutor(["calculator"], workers=1) as ex:
             ex.open()
+
+
+def test_workers_outlive_a_slurm_wide_sigterm():
+    """SLURM signals every process of a step: the workers ignore SIGTERM (the trainer's stop guard decides;
+    they die with their parent), so a call made after it is still answered by the same processes."""
+    import signal
+
+    with ToolExecutor(REFS, workers=2) as ex:
+        pids = ex.worker_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.3)
+        assert call(ex, "add", a=2, b=3).content == "5"
+        assert ex.worker_pids() == pids and ex.metrics()["tools/restarts"] == 0

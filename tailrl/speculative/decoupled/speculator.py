@@ -75,7 +75,7 @@ class DecoupledSpeculator:
         args = {"address": listener.address, "authkey": key.hex(), "model_path": cfg.draft_model,
                 "dtype": str(p.dtype).removeprefix("torch."), "device": cfg.decoupled.draft_device or str(p.device),
                 "threads": plan.g_draft, "cores": cores, "kv_tokens": cfg.draft_kv_tokens,
-                "block_size": engine.config.block_size, "sampler": engine.config.sampler}
+                "block_size": engine.config.block_size, "sampler": engine.config.sampler, "parent": os.getpid()}
         self.proc = subprocess.Popen([sys.executable, "-m", "tailrl.speculative.decoupled.worker", json.dumps(args)])
         try:
             listener._listener._socket.settimeout(120)  # a drafter that dies before connecting: no hang

@@ -27,6 +27,11 @@ import sys
 import time
 from multiprocessing.connection import Client
 
+from tailrl.rewards.procpool_child import (  # the pool workers' child rules
+    die_with_parent,
+    ignore_stop_signals,
+)
+
 
 def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: list[int] | None,
           kv_tokens: int, block_size: int, sampler: str) -> None:
@@ -88,6 +93,8 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
 def main() -> None:
     """`python -m tailrl.speculative.decoupled.worker ARGS_JSON` (started by decoupled/speculator.py)."""
     a = json.loads(sys.argv[1])
+    die_with_parent(a.pop("parent"))
+    ignore_stop_signals()  # a SLURM-wide SIGTERM: the verifier's process decides when the drafts stop
     conn = Client(a.pop("address"), family="AF_UNIX", authkey=bytes.fromhex(a.pop("authkey")))
     try:
         serve(conn, **a)
