@@ -48,18 +48,21 @@ def rollout_once(model, tok, prompts: list[list[int]], samples: int, sleep_s: fl
     from tailrl.speculative import build_engine
     from tailrl.tools import ToolExecutor, ToolTurns
 
-    os.environ[SLEEP_ENV] = repr(float(sleep_s))  # before the workers start: they inherit it
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
     requests = [Request(p, uid=i, n=samples, params=params) for i, p in enumerate(prompts)]
-    with ToolExecutor(tools=[f"{__name__}:calculator"], workers=workers, timeout_s=30.0 + 10 * sleep_s) as ex:
-        engine = build_engine(model, tok, EngineConfig(kv_cache_tokens=65536, block_size=16),
-                              turns=ToolTurns(ex, tok, max_turns=2))
-        engine.generate(requests[:1])  # warm-up (first forward, worker imports) outside the timing
-        ex.metrics()
-        t0 = time.perf_counter()
-        rollouts, trace = engine.generate(requests)
-        wall = time.perf_counter() - t0
-        counts = ex.metrics()
+    os.environ[SLEEP_ENV] = repr(float(sleep_s))  # the workers inherit it (a replaced worker too): set throughout
+    try:
+        with ToolExecutor(tools=[f"{__name__}:calculator"], workers=workers, timeout_s=30.0 + 10 * sleep_s) as ex:
+            engine = build_engine(model, tok, EngineConfig(kv_cache_tokens=65536, block_size=16),
+                                  turns=ToolTurns(ex, tok, max_turns=2))
+            engine.generate(requests[:1])  # warm-up (first forward, worker imports) outside the timing
+            ex.metrics()
+            t0 = time.perf_counter()
+            rollouts, trace = engine.generate(requests)
+            wall = time.perf_counter() - t0
+            counts = ex.metrics()
+    finally:
+        del os.environ[SLEEP_ENV]
     return {"wall_s": wall, "calls": int(counts["tools/calls"]), "errors": int(counts["tools/errors"]),
             "parked_frac": trace.parked_frac(), "turns_mean": sum(r.turns + 1 for r in rollouts) / len(rollouts),
             "tokens": {(r.uid, r.sample_index): r.token_ids for r in rollouts},

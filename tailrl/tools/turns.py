@@ -24,13 +24,15 @@ from tailrl.tools.parsers import TOOL_PARSERS
 
 class ToolTurns:
     def __init__(self, executor: ToolExecutor, tokenizer: Any, parser: str = "hermes", max_turns: int = 8,
-                 end_token_id: int | None = None, poll_s: float = 0.002):
+                 end_token_id: int | None = None, poll_s: float = 0.002,
+                 sessions: Callable[[Any], Session | None] | None = None):
         """max_turns: observations a rollout receives at most (the next end of turn finishes it);
-        end_token_id: the token that ends an assistant turn (default: the tokenizer's eos)."""
+        end_token_id: the token that ends an assistant turn (default: the tokenizer's eos); sessions: seq ->
+        its episode, with an environment (its calls run on that instance)."""
         self.executor, self.tok, self.parse = executor, tokenizer, TOOL_PARSERS.get(parser)
         self.max_turns, self.end_token_id, self.poll_s = max_turns, end_token_id, poll_s
         self.pending: dict[int, tuple[Any, list[ToolHandle]]] = {}  # seq_id -> (seq, its turn's calls)
-        self.sessions: Callable[[Any], Session | None] | None = None  # seq -> its episode (environments)
+        self.sessions = sessions
 
     @staticmethod
     def turn_start(seq) -> int:

@@ -81,19 +81,17 @@ def make_train_batch(prompts: list[list[int]], completions: list[list[int]], adv
     ids = torch.full((S, L), pad_id, dtype=torch.long)
     mask = torch.zeros(S, C)
     engine_lp = torch.zeros(S, C, dtype=torch.float32) if rollout_logprobs is not None else None
-    multi_turn = False
     for i, (p, c) in enumerate(zip(prompts, completions)):
         ids[i, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
         tm = token_masks[i] if token_masks is not None else None
         if tm is not None and len(tm) != len(c):
             raise ValueError(f"rollout {i}: token mask of {len(tm)} for {len(c)} completion tokens")
         mask[i, : len(c)] = 1.0 if tm is None else torch.tensor(tm, dtype=torch.float32)
-        multi_turn |= tm is not None and 0 in tm
         if engine_lp is not None and c:
             engine_lp[i, : len(c)] = torch.tensor(rollout_logprobs[i], dtype=torch.float32)
     if engine_lp is not None:  # observation tokens have no engine logprob (NaN): 0, off the mask
         engine_lp = torch.where(mask > 0, engine_lp, torch.zeros_like(engine_lp))
-    lens = torch.tensor([len(c) for c in completions], device=device) if multi_turn else None
+    lens = torch.tensor([len(c) for c in completions], device=device)
     return TrainBatch(ids.to(device), torch.tensor([len(p) for p in prompts], device=device), mask.to(device),
                       advantages.float().to(device), C,
                       rollout_logp=engine_lp.to(device) if engine_lp is not None else None, completion_lens=lens)

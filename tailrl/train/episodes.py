@@ -2,8 +2,8 @@
 rollout, keyed by (prompt uid, sample index).
 
     episodes = Episodes(executor, encode_messages)
-    requests = episodes.requests(uid, example, n, params)   # resets run, their text appended to the prompt
-    turns.sessions = episodes.session_of                    # the model's tool calls go to its own instance
+    requests = episodes.requests([(uid, example), ...], n, params)  # uid -> Requests, after the resets
+    ToolTurns(..., sessions=episodes.session_of)            # the model's tool calls go to its own instance
     batch = episodes.add_reward(batch, [(uid, s), ...])     # get_reward() in the score, then closed
 
 `reset(**row)` runs on the tool workers for every sample of a prompt at once; its text is appended to the
@@ -35,23 +35,23 @@ class Episodes:
         self.name = executor.environment.name
         self.open_sessions: dict[tuple[int, int], Session] = {}
 
-    def requests(self, uid: int, example, n: int, params: SamplingParams, first_sample: int = 0) -> list[Request]:
-        """Open n episodes for samples first_sample .. + n - 1 of prompt `uid` (resets in parallel) and
-        return the Requests of their prompts (samples with equal prompts share one)."""
-        sessions = [self.executor.open(example.row) for _ in range(n)]
-        for s, session in enumerate(sessions):
-            self.open_sessions[(uid, first_sample + s)] = session
-        prompts = []
-        for session in sessions:
-            text = session.reset.result().content  # a failed reset: "" (counted in tools/env_errors)
-            messages = append_reset(list(example.messages), text)
-            prompts.append(self.encode(replace(example, messages=tuple(messages))))
-        out: list[Request] = []
-        for s, ids in enumerate(prompts):
-            if out and out[-1].prompt_ids == ids:
-                out[-1].n += 1
-            else:
-                out.append(Request(ids, uid=uid, n=1, params=params, first_sample=first_sample + s))
+    def requests(self, prompts: list[tuple[int, object]], n: int, params: SamplingParams) -> dict[int, list[Request]]:
+        """Open n episodes per (uid, example) of `prompts` — every reset submitted before any is awaited, so
+        they run in parallel on the workers — and return each uid's Requests (samples with equal prompts
+        share one)."""
+        for uid, example in prompts:
+            for s in range(n):
+                self.open_sessions[(uid, s)] = self.executor.open(example.row)
+        out: dict[int, list[Request]] = {}
+        for uid, example in prompts:
+            reqs = out[uid] = []
+            for s in range(n):
+                text = self.open_sessions[(uid, s)].reset.result().content  # failed: "" (tools/env_errors)
+                ids = self.encode(replace(example, messages=tuple(append_reset(list(example.messages), text))))
+                if reqs and reqs[-1].prompt_ids == ids:
+                    reqs[-1].n += 1
+                else:
+                    reqs.append(Request(ids, uid=uid, n=1, params=params, first_sample=s))
         return out
 
     def session_of(self, seq) -> Session | None:

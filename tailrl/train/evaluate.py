@@ -46,7 +46,7 @@ def score_shard(engine, tokenizer, examples: list, encode, reward, samples: int,
         return [], 0.0
     try:
         if episodes is not None:
-            reqs = [q for i, ex in mine for q in episodes.requests(i, ex, samples, params)]
+            reqs = [q for qs in episodes.requests(mine, samples, params).values() for q in qs]
         else:
             reqs = [Request(encode(ex), uid=i, n=samples, params=params) for i, ex in mine]
         rollouts, trace = engine.generate(reqs)

@@ -74,7 +74,7 @@ class RolloutWorker:
                     submitted[r.uid] = rs, texts, self.reward.submit([ex.prompt] * len(rs), texts, [ex.row] * len(rs))
 
         mine = self.ctx.share(list(by_uid.items()))  # every prompt, in one process
-        requests = {uid: self._requests(uid, ex, group_size) for uid, ex in mine}
+        requests = self._requests(mine, group_size)
         abandoned = None
         try:
             with self.guard.rollout() if self.guard else contextlib.nullcontext():
@@ -102,11 +102,11 @@ class RolloutWorker:
             g.components = {k: g.components.get(k, [0.0] * len(g.rollouts)) for k in names}
         return groups, trace, reward_s, errors, timeouts
 
-    def _requests(self, uid: int, ex, n: int) -> list[Request]:
-        """The engine requests of one prompt's n samples: one Request, or with an environment the episodes'."""
+    def _requests(self, prompts: list[tuple[int, object]], n: int) -> dict[int, list[Request]]:
+        """uid -> the engine requests of its n samples: one Request, or with an environment the episodes'."""
         if self.episodes is not None:
-            return self.episodes.requests(uid, ex, n, self.params)
-        return [Request(self.encode(ex), uid=uid, n=n, params=self.params)]
+            return self.episodes.requests(prompts, n, self.params)
+        return {uid: [Request(self.encode(ex), uid=uid, n=n, params=self.params)] for uid, ex in prompts}
 
     def _score(self, uid: int, rollouts: list[Rollout], texts: list[str], ticket: int):
         """The reward functions' batch of one group, with its episodes' rewards added (environments)."""

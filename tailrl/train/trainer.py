@@ -103,13 +103,17 @@ class Trainer:
         self.controller = build_controller(c.kind, group_size=r_g, candidates=c.candidates, tau=cfg.rollout.straggler_tau,
                                            delta=c.delta, eta=c.eta, gamma=c.gamma, lambda_max=c.lambda_max, seed=c.seed)
         r = cfg.rollout
-        turns = ToolTurns(self.tools, self.tokenizer, r.tool_parser, r.max_turns) if self.tools else None
         chat = cfg.data.chat_template
         schemas = self.tools.schemas if self.tools else None  # the chat template's tools=
+
+        def render(ex) -> list[int]:
+            return encode_example(ex, self.tokenizer, chat, schemas)
+
         self.episodes = None  # rollout.environment: an instance per rollout, reset before its prompt is encoded
         if self.tools is not None and self.tools.environment is not None:
-            self.episodes = Episodes(self.tools, lambda ex: encode_example(ex, self.tokenizer, chat, schemas))
-            turns.sessions = self.episodes.session_of
+            self.episodes = Episodes(self.tools, render)
+        turns = ToolTurns(self.tools, self.tokenizer, r.tool_parser, r.max_turns,
+                          sessions=self.episodes.session_of if self.episodes else None) if self.tools else None
         self.engine = build_engine(self.policy.rollout, self.tokenizer, cfg.engine, tau=r.straggler_tau, turns=turns)
         self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                      max_new_tokens=r.max_new_tokens, seed=r.seed, stop=r.stop, ignore_eos=r.ignore_eos)
@@ -117,7 +121,7 @@ class Trainer:
 
         def encode(ex):
             if ex.uid not in self._encoded:
-                self._encoded[ex.uid] = encode_example(ex, self.tokenizer, chat, schemas)
+                self._encoded[ex.uid] = render(ex)
             return self._encoded[ex.uid]
 
         self.eval_examples = []
