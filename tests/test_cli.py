@@ -130,3 +130,14 @@ def test_bench_spec_modes_and_e2e_bad_arguments_are_one_line(capsys):
     assert "--threads >= 2 (one drafts)" in capsys.readouterr().err
     assert main(["bench", "e2e", "--steps", "0"]) == 2
     assert "need --steps >= 1" in capsys.readouterr().err
+
+
+def test_profile_draft_and_bench_spec_tail_bad_arguments_are_one_line(capsys, tiny_model_dir, tmp_path):
+    assert main(["bench", "spec", "--workloads", "tail", "--epochs", "1"]) == 2
+    assert "--epochs >= 2" in capsys.readouterr().err
+    prompts = tmp_path / "q.jsonl"
+    prompts.write_text('{"question": "1+1?"}\n')
+    assert main(["profile", "draft", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--samples", "0"]) == 2
+    assert "--samples" in capsys.readouterr().err
+    assert main(["profile", "draft", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--layers", "7"]) == 2
+    assert "the model has layers 0..1" in capsys.readouterr().err

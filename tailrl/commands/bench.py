@@ -47,10 +47,23 @@ def add(sub) -> None:
     q.add_argument("--sagc", nargs="*", default=[], metavar="KEY=VALUE",
                    help="overrides for the SAGC run only, e.g. control.delta=0.15")
     q.add_argument("--out-dir", default="runs/bench-sagc")
-    q = bs.add_parser("spec", help="speculation off vs on, same engine and requests (demo G=16, SmolLM2, large batch)")
+    q = bs.add_parser("spec", help="speculation off vs on, same engine and requests (demo G=16, SmolLM2, large batch, "
+                      "SmolLM2's long tail with its distilled draft)")
     q.set_defaults(run=spec)
     q.add_argument("--workloads", nargs="+", default=["demo", "large", "smollm2", "train"],
-                   choices=["demo", "large", "smollm2", "train"])
+                   choices=["demo", "large", "smollm2", "train", "tail"],
+                   help="tail: SmolLM2 rolling out GSM8K-style questions for several epochs, every --configs side by "
+                        "side, per phase (batch > 4 / <= 4); distils and caches SmolLM2's draft on first use")
+    q.add_argument("--prompts", default=None, help="tail: questions JSONL (e.g. GSM8K test.jsonl; default generated)")
+    q.add_argument("--draft-prompts", default=None, help="tail: questions the draft is distilled on (JSONL, e.g. "
+                   "GSM8K train.jsonl; default other generated problems)")
+    q.add_argument("--configs", nargs="+", default=["history+ngram", "draft", "draft-decoupled", "all+BoN"],
+                   choices=["history+ngram", "draft", "draft-decoupled", "all+BoN"], help="tail: configurations vs off")
+    q.add_argument("--tail-prompts", type=int, default=4, help="tail: questions per epoch")
+    q.add_argument("--group", type=int, default=8, help="tail: samples per question (G)")
+    q.add_argument("--tail-new", type=int, default=448, help="tail: new tokens per sample at most")
+    q.add_argument("--temperature", type=float, default=0.7, help="tail: sampling temperature")
+    q.add_argument("--epochs", type=int, default=3, help="tail: epochs over the same questions (history from the 2nd)")
     q.add_argument("--train-steps", type=int, default=10, help="steps of the in-training comparison")
     q.add_argument("--spec", default="auto", help="speculation method for the 'on' side")
     q.add_argument("--threads", type=int, default=2)
@@ -247,8 +260,16 @@ def spec(a) -> int:
         return 0
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.bench.spec import run_spec_bench
+    from tailrl.bench.spec_tail import run_tail_bench
 
-    run_spec_bench(a.out_dir, a.workloads, a.spec, a.threads, a.repeats, a.train_steps)
+    rest = [w for w in a.workloads if w != "tail"]
+    if rest:
+        run_spec_bench(a.out_dir, rest, a.spec, a.threads, a.repeats, a.train_steps)
+    if "tail" in a.workloads:
+        if a.tail_prompts < 1 or a.group < 1 or a.tail_new < 2 or a.epochs < 2:
+            raise UserError("tail needs --tail-prompts >= 1, --group >= 1, --tail-new >= 2, --epochs >= 2")
+        run_tail_bench(a.out_dir, a.prompts, a.draft_prompts, a.tail_prompts, a.group, a.tail_new, a.temperature,
+                       a.epochs, a.configs, a.threads)
     return 0
 
 

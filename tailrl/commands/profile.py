@@ -38,6 +38,19 @@ def add(sub) -> None:
     q.add_argument("--max-new-tokens", type=int, default=160)
     q.add_argument("--temperature", type=float, default=1.0)
     q.add_argument("--out", default="spec_profile.json", help="profile JSON (use with engine.spec.decoupled.profile=PATH)")
+    q = ps.add_parser("draft", help="distil a draft model from the policy's own rollouts: its first layers, its most "
+                      "frequent tokens (for --spec draft:FOLDER)")
+    q.set_defaults(run=draft)
+    q.add_argument("--model", required=True, help="the policy (HF folder or known name)")
+    q.add_argument("--prompts", required=True, help="questions JSONL ('question' or 'prompt' field), through the chat template")
+    q.add_argument("--samples", type=int, default=256, help="questions rolled out for distillation")
+    q.add_argument("--heldout", type=int, default=32, help="further questions for the keyed acceptance")
+    q.add_argument("--layers", type=int, nargs="+", default=[0, 1], help="the policy's layers the draft starts from")
+    q.add_argument("--vocab", type=int, default=8192, help="tokens in the draft's head (0: all)")
+    q.add_argument("--temperature", type=float, default=0.7)
+    q.add_argument("--max-new-tokens", type=int, default=384)
+    q.add_argument("--epochs", type=int, default=3)
+    q.add_argument("--out", default="drafts", help="cache folder (the draft is a subfolder named by its settings)")
     q = ps.add_parser("engine", help="decode / prefill latency of the engine on this machine (for tailrl simulate)")
     q.set_defaults(run=engine)
     q.add_argument("--model", required=True, help="HF folder, .gguf file, or a known name")
@@ -67,6 +80,26 @@ def _grid(a):
     if min(a.batches) < 1 or min(a.contexts) < 1 or a.steps < 9:
         raise UserError("need batch sizes >= 1, contexts >= 1 and --steps >= 9")
     return load_config(None, a.engine, cls=EngineConfig), tuple(sorted(a.batches)), tuple(sorted(a.contexts))
+
+
+def draft(a) -> int:
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    from tailrl.bench.exactness_prompts import chat_ids, read_questions
+    from tailrl.model import load
+    from tailrl.speculative.distill import DistillParams, distill_draft
+
+    if a.samples < 1 or a.heldout < 1 or a.epochs < 1 or a.vocab < 0 or a.max_new_tokens < 1:
+        raise UserError("need --samples, --heldout, --epochs, --max-new-tokens >= 1 and --vocab >= 0")
+    model, tok = load(a.model)
+    if max(a.layers) >= model.args.num_layers or min(a.layers) < 0:
+        raise UserError(f"--layers {a.layers}: the model has layers 0..{model.args.num_layers - 1}")
+    ids = [chat_ids(tok, q) for q in read_questions(a.prompts, a.samples + a.heldout)]
+    params = DistillParams(layers=tuple(a.layers), vocab=a.vocab, temperature=a.temperature,
+                           max_new_tokens=a.max_new_tokens, epochs=a.epochs)
+    folder = distill_draft(model, tok, str(a.model), ids[:a.samples], ids[a.samples:], params, Path(a.out),
+                           progress=lambda s, n, kl: print(f"  step {s}/{n}: KL {kl:.3f}") if s % 10 == 0 else None)
+    print(folder)
+    return 0
 
 
 def ladder(a) -> int:

@@ -133,6 +133,32 @@ class RolloutTrace:
         lengths = [r.num_tokens for r in self.requests if r.finish_reason != "error"]
         return tail_efficiency(max(lengths, default=0), self.b1_step_time(), self.t_end)
 
+    def phases(self, tail_batch: int = 4) -> dict[str, dict[str, float]]:
+        """Decode steps split by active batch: "large" (batch > tail_batch) and "tail" (<= tail_batch). Per
+        phase: wall seconds (a step owns the time since the previous step ended), tokens emitted, tokens/s,
+        verify steps, tokens emitted per sequence per verify (accepted + 1) and the share of drafted tokens
+        accepted (verify rows beyond each sequence's pending token; Best-of-N branches count as drafted)."""
+        out = {p: {"seconds": 0.0, "tokens": 0.0, "verifies": 0.0, "_rows": 0.0, "_emit": 0.0, "_draft": 0.0}
+               for p in ("large", "tail")}
+        prev = None
+        for s in self.steps:
+            if s.kind != "prefill":
+                ph = out["tail" if s.batch <= tail_batch else "large"]
+                ph["seconds"] += s.t1 - (s.t0 if prev is None else min(prev, s.t0))
+                ph["tokens"] += s.emitted
+                if s.kind == "verify":
+                    ph["verifies"] += 1
+                    ph["_rows"] += s.batch
+                    ph["_emit"] += s.emitted
+                    ph["_draft"] += s.tokens - s.batch
+            prev = s.t1
+        for ph in out.values():
+            rows, emit, drafted = ph.pop("_rows"), ph.pop("_emit"), ph.pop("_draft")
+            ph["tokens_per_s"] = ph["tokens"] / ph["seconds"] if ph["seconds"] > 0 else 0.0
+            ph["emitted_per_verify"] = emit / rows if rows else 0.0
+            ph["acceptance"] = (emit - rows) / drafted if drafted > 0 else 0.0
+        return out
+
     def summary(self) -> dict[str, float]:
         ratios = self.len_max_over_median()
         lengths = [r.num_tokens for r in self.requests if r.finish_reason != "error"]

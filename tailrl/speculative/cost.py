@@ -6,7 +6,10 @@ the speculative path's own overhead: planning, drafting bookkeeping, trees, acce
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict, deque
+from dataclasses import dataclass, field
 
 from tailrl.engine.probe import time_forward
 from tailrl.perf.fit import fit_affine
@@ -48,30 +51,113 @@ class ForwardCost:
         return self._fit
 
 
+@dataclass
+class _Bucket:
+    """Measurements and verdict state of one batch-size bucket (see ThroughputGate)."""
+
+    plain: deque = field(default_factory=lambda: deque(maxlen=3))  # tokens/s of the last plain steps
+    spec: list[float] = field(default_factory=lambda: [0.0, 0.0])  # tokens, seconds (weighted) since the last re-test
+    plain_since_spec: int = 0
+    spec_since_plain: int = 0
+    wait: int = 0  # plain steps a "slower" verdict holds before a speculative re-test
+    first_wait: int = 0  # that wait after the first losing step (a new rollout starts over from it)
+    losses: int = 0  # losing re-tests in a row
+    refresh: int = 0  # speculative steps a "faster" verdict holds before a plain step re-measures the baseline
+    refreshes: int = 0  # baselines re-measured since the bucket last measured slower
+    predicted: float | None = None  # the gain the models predicted for the step that made it slower
+
+    def gain(self) -> float:
+        """Speculative tokens/s over plain tokens/s (the plain baseline: median of the last plain steps)."""
+        return self.spec[0] / self.spec[1] / statistics.median(self.plain)
+
+
 class ThroughputGate:
-    """The final word on whether speculating pays at a batch size: measured tokens per second of
-    speculative and plain decode steps per power-of-two batch-size bucket, exponentially weighted. A
-    bucket measures a plain step first (the baseline to beat); a "slower" verdict expires after
-    `remeasure_after` plain steps in the bucket (acceptance drifts)."""
+    """The final word on whether speculating pays at a batch size: measured tokens per second of speculative
+    and plain decode steps per power-of-two batch-size bucket. The plain baseline is the median rate of the
+    bucket's last 3 plain steps (recent: contexts grow, the machine's load changes; a median: one noisy
+    step does not move it); a bucket measures a plain step first. Speculative steps are weighted
+    exponentially (`decay` a step) since the bucket's verdict was last re-tested.
 
-    def __init__(self, remeasure_after: int = 256):
-        self.remeasure_after = remeasure_after
-        self.buckets: dict[int, dict] = defaultdict(lambda: {"spec": [0.0, 0.0], "plain": [0.0, 0.0]})
+    Both verdicts are re-tested, so neither a stale nor a one-off measurement decides for long:
+    - "slower": by one speculative step judged on its own (the record it re-tests is dropped), after as
+      many plain steps as keep that step's measured loss within `probe_budget` of their time (loss /
+      probe_budget, at least 1), doubling with each losing re-test, at most `remeasure_after`; a new
+      rollout (acceptance changes with history, the policy) starts over from the first wait. Where the
+      caller passes the gain its models predict, also at once when that prediction has risen by more
+      than the measured shortfall (the models learned that acceptance rose since the bucket lost). One
+      step with one-off costs, or measured while nothing drafted well, switches speculation off for a
+      few steps, not for the rest of the tail or the rollouts after it; where speculation never pays,
+      re-tests cost at most `probe_budget` of the plain time, halving with each;
+    - "faster", by gain g: by one plain step that re-measures the baseline after (g - 1) / probe_budget
+      speculative steps (what it gives up, 1 - 1/g of a step, within probe_budget of their time, times g:
+      the larger the margin, the further off a baseline would have to be to reverse it), doubling with
+      each baseline that confirms it."""
 
-    def record(self, kind: str, batch: int, tokens: int, seconds: float) -> None:
-        """A finished decode step: `kind` "spec" or "plain", tokens emitted, wall seconds."""
+    def __init__(self, remeasure_after: int = 256, probe_budget: float = 0.1, decay: float = 0.9):
+        self.remeasure_after, self.probe_budget, self.decay = remeasure_after, probe_budget, decay
+        self.buckets: dict[int, _Bucket] = defaultdict(_Bucket)
+
+    def record(self, kind: str, batch: int, tokens: int, seconds: float, predicted: float | None = None) -> None:
+        """A finished decode step: `kind` "spec" or "plain", tokens emitted, wall seconds; predicted: the
+        gain the models predicted for a speculative step, if any."""
         b = self.buckets[batch.bit_length()]
-        acc = b[kind]
-        acc[0] = 0.9 * acc[0] + tokens
-        acc[1] = 0.9 * acc[1] + seconds
-        b["plain_since_spec"] = 0 if kind == "spec" else b.get("plain_since_spec", 0) + 1
+        if kind != "spec":
+            b.plain.append(tokens / max(seconds, 1e-12))
+            b.plain_since_spec += 1
+            if b.spec_since_plain and b.refresh and b.spec_since_plain >= b.refresh:
+                b.refreshes += 1  # a baseline re-measured while speculation measured faster
+            b.spec_since_plain = 0
+        elif b.plain:  # (without a plain baseline there is nothing to judge it against)
+            self._judge(b, batch, tokens, seconds, predicted)
 
-    def slower(self, batch: int) -> bool:
-        """Speculative steps in this bucket emitted fewer tokens per second than plain ones; True too while
-        the bucket has no plain step yet."""
+    def _judge(self, b: _Bucket, batch: int, tokens: int, seconds: float, predicted: float | None) -> None:
+        """Add one speculative step to its bucket and set how long the verdict it leaves holds. A step
+        taken while the bucket measured slower is a re-test: it is judged on its own."""
+        if b.spec[1] > 0 and b.gain() < 1.0:
+            b.spec[:] = [0.0, 0.0]
+        b.spec[0] = self.decay * b.spec[0] + tokens
+        b.spec[1] = self.decay * b.spec[1] + max(seconds, 1e-12)
+        b.plain_since_spec = 0
+        b.spec_since_plain += 1
+        g = b.gain()
+        if g >= 1.0:  # faster: a plain step re-measures the baseline every (g - 1) / probe_budget steps
+            b.losses = b.wait = 0
+            b.refresh = self._hold(g - 1.0, b.refreshes)
+            return
+        rate = statistics.median(b.plain)
+        loss = max(0.0, seconds - tokens / rate) * rate / batch  # in plain steps of this batch
+        if b.losses == 0:
+            b.first_wait = self._hold(loss, 0)
+        b.losses += 1
+        b.refreshes = 0
+        b.predicted = predicted
+        b.wait = self._hold(loss, b.losses - 1)
+
+    def _hold(self, cost: float, doublings: int) -> int:
+        """Steps a verdict holds so that re-testing it (costing `cost` steps) takes at most probe_budget
+        of them, doubled `doublings` times, at most remeasure_after."""
+        steps = max(1, math.ceil(cost / self.probe_budget - 1e-9))  # (rates are float sums)
+        return min(self.remeasure_after, steps << min(doublings, 30))
+
+    def new_rollout(self) -> None:
+        """A rollout starts: acceptance may have changed (drafters' history, the policy's weights), so every
+        "slower" verdict is re-tested after its first wait, counted from now."""
+        for b in self.buckets.values():
+            if b.losses:
+                b.losses, b.wait, b.plain_since_spec = 1, b.first_wait, 0
+
+    def slower(self, batch: int, predicted: float | None = None) -> bool:
+        """Whether the next step in this bucket should be a plain one: speculative steps measured slower and
+        the verdict is not due for a re-test (predicted: the models' gain now), or the baseline is due to be
+        re-measured; True too while the bucket has no plain step yet."""
         b = self.buckets[batch.bit_length()]
-        if b["plain"][1] == 0:
+        if not b.plain:
             return True
-        if b["spec"][1] == 0 or b.get("plain_since_spec", 0) >= self.remeasure_after:
-            return False  # never measured here, or long ago: the models decide
-        return b["spec"][0] * b["plain"][1] < b["plain"][0] * b["spec"][1]
+        if b.spec[1] == 0:
+            return False  # never measured here: the models decide
+        g = b.gain()
+        if g >= 1.0:
+            return 0 < b.refresh <= b.spec_since_plain
+        if predicted is not None and b.predicted and predicted * g >= b.predicted:
+            return False  # the prediction rose by more than the measured shortfall: re-test
+        return b.plain_since_spec < b.wait

@@ -12,8 +12,10 @@ its fixed cost, the lowest-acceptance sequences get every other drafter's propos
 all drafters for the slowest request before the next), merged into one token tree.
 
 A step speculates only if three gates agree, each from measurements: the measured tokens/s of
-speculative vs plain steps in this batch-size bucket (power of two; a plain step is measured first,
-and a "slower" verdict expires after `remeasure_after` plain steps), an O(1) prediction at each
+speculative vs plain steps in this batch-size bucket (power of two; a plain step is measured first, a
+"slower" verdict is re-tested after a few plain steps, more after each losing re-test, at once when
+the O(1) prediction has risen enough to make up for the measured shortfall (acceptance rose), and in
+every new rollout: cost.ThroughputGate), an O(1) prediction at each
 drafter's historical acceptance, and the prediction for the planned windows (forward-cost model +
 drafting + the speculative path's own overhead, all fitted online) against a plain step. Otherwise
 plan() returns None and the engine runs a plain decode step. Until the speculative path's overhead has
@@ -59,6 +61,7 @@ class Speculator:
         self.last_draft_s = 0.0  # drafting seconds of the current plan
         self._plans, self._table = 0, None
         self.gate = ThroughputGate()
+        self.predicted = 1.0  # the O(1) predicted gain of the step being planned (gate on)
 
     def decode(self, ready) -> None:
         """One decode step of the running sequences: draft, verify exactly, or plain (coupled/verify.py)."""
@@ -94,8 +97,10 @@ class Speculator:
         gate = self.cfg.gate
         if gate and not self.spec_overhead.fitted() and len(seqs) > self.explore_batch:
             return None  # the speculative path's own cost is unmeasured: find it where a wrong guess is cheap
-        if gate and (self.measured_slower(len(seqs)) or not self._may_pay(len(seqs), sum(s.pending for s in seqs), c0, c1)):
-            return None  # O(1) gates: measured slower at this batch size, or predicted not to pay
+        if gate:  # O(1) gates: predicted not to pay, or measured slower at this batch size
+            self.predicted = self._predicted_gain(len(seqs), sum(s.pending for s in seqs), c0, c1)
+            if self.predicted <= 1.0 or self.measured_slower(len(seqs)):
+                return None
         self._plans += 1
         if self._table is None or self._plans % 32 == 0:  # ladder on an alpha grid, refreshed as costs drift
             self._table = {n: [self.speedup(n, j / 50) for j in range(51)] for n in self.names}
@@ -127,32 +132,40 @@ class Speculator:
 
     # -- measured throughput per batch-size bucket (the final word over the models) ----------------
     def record(self, kind: str, batch: int, tokens: int, seconds: float) -> None:
-        self.gate.record(kind, batch, tokens, seconds)
+        """A finished decode step for the throughput gate; a speculative one with the gain the models
+        predicted when it was planned."""
+        self.gate.record(kind, batch, tokens, seconds, self.predicted if kind == "spec" else None)
 
     def measured_slower(self, batch: int) -> bool:
-        return self.gate.slower(batch)
+        """The throughput gate's verdict at this batch size, given the models' current predicted gain."""
+        return self.gate.slower(batch, self.predicted)
 
-    def _may_pay(self, B: int, base: int, c0: float, c1: float) -> bool:
-        """Whether speculation could pay at batch B if every sequence used one drafter at its historical
-        acceptance (windows from the same rule, uniform across the batch), for some drafter."""
+    def _predicted_gain(self, B: int, base: int, c0: float, c1: float) -> float:
+        """The best predicted gain (see gain) at batch B if every sequence used one drafter at its historical
+        acceptance (windows from the same rule, uniform across the batch), over the drafters."""
+        best = 0.0
         for name in self.names:
             a, d = self.alpha_hist(name), self.draft_s[name]
             k = plan_windows([a], [self.cfg.k_max], c0 / B, c1, [d], base / B)[0]  # per-sequence share of the forward
-            if self.pays([a] * B, [k] * B, [d] * B, B, base, c0, c1):
-                return True
-        return False
+            best = max(best, self.gain([a] * B, [k] * B, [d] * B, B, base, c0, c1))
+        return best
 
     def pays(self, alphas, ks, dcost, B: int, base: int, c0: float, c1: float) -> bool:
+        """Whether this speculative step is expected to emit more tokens per second than a plain step."""
+        return self.gain(alphas, ks, dcost, B, base, c0, c1) > 1.0
+
+    def gain(self, alphas, ks, dcost, B: int, base: int, c0: float, c1: float) -> float:
         """Expected tokens per second of this speculative step (windows ks, forward, drafting and the
-        speculative path's own overhead) vs a plain decode step at batch B, both from measured models."""
+        speculative path's own overhead) over those of a plain decode step at batch B, both from measured
+        models; 0 without a draft."""
         if not any(ks):
-            return False
+            return 0.0
         S = sum(expected_tokens(a, k) for a, k in zip(alphas, ks))
         o0, o1 = self.spec_overhead.coefficients()
         t_spec = c0 + c1 * (base + sum(ks)) + sum(d * k for d, k in zip(dcost, ks)) + o0 + o1 * B
         p0, p1 = self.plain_step.coefficients()
         t_plain = p0 + p1 * B if self.plain_step.fitted() else c0 + c1 * base
-        return S * t_plain > B * t_spec
+        return S * t_plain / max(B * t_spec, 1e-12)
 
     def _propose(self, seqs, by_name: dict[str, list[int]], ks: list[int], cands) -> None:
         for name, idx in by_name.items():
@@ -236,6 +249,7 @@ class Speculator:
 
     def begin_rollout(self) -> None:
         self.counters.clear()
+        self.gate.new_rollout()  # acceptance may have changed (history): "slower" verdicts are re-tested
 
     def end_rollout(self) -> None:
         for d in self.drafters.values():

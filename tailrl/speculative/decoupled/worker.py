@@ -42,14 +42,14 @@ def serve(conn, model_path: str, dtype: str, device: str, threads: int, cores: l
     import torch
 
     from tailrl.engine.sequence import Sequence
-    from tailrl.model import load
     from tailrl.speculative.decoupled.stream import Stream, reconcile
     from tailrl.speculative.drafters.draft_model import DraftModelDrafter
+    from tailrl.speculative.drafters.vocab_head import load_draft
 
     torch.set_num_threads(max(1, threads))
 
-    model, _ = load(model_path, dtype=getattr(torch, dtype), device=device, tokenizer=False)
-    drafter = DraftModelDrafter(model.eval(), sampler, kv_tokens, block_size)
+    model = load_draft(model_path, dtype=getattr(torch, dtype), device=device)
+    drafter = DraftModelDrafter(model, sampler, kv_tokens, block_size)
     live: dict[int, tuple[Sequence, Stream, int]] = {}  # seq id -> (mirror: verified + drafted, stream, limit)
     conn.send(("ready", model.args.vocab_size))
     with torch.inference_mode():

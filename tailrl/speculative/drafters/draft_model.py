@@ -15,8 +15,8 @@ from tailrl.engine.sampling.keyed import SAMPLERS
 from tailrl.engine.sampling.rows import sample_rows
 from tailrl.engine.sequence import Sequence
 from tailrl.errors import UserError
-from tailrl.model import load
 from tailrl.speculative.drafters.base import DRAFTERS
+from tailrl.speculative.drafters.vocab_head import load_draft
 
 
 class DraftModelDrafter:
@@ -91,8 +91,8 @@ def _draft_factory(engine, cfg) -> DraftModelDrafter:
     if not path:
         raise UserError("speculation with a draft model needs engine.spec.draft_model (or --spec draft:PATH)")
     p = next(engine.model.parameters())
-    model, _ = load(path, dtype=p.dtype, device=str(p.device), tokenizer=False)
+    model = load_draft(path, dtype=p.dtype, device=str(p.device))
     if model.args.vocab_size != engine.model.args.vocab_size:
         raise UserError(f"draft model vocabulary ({model.args.vocab_size}) differs from the policy's "
                         f"({engine.model.args.vocab_size}); it must share the tokenizer")
-    return DraftModelDrafter(model.eval(), engine.config.sampler, cfg.draft_kv_tokens, engine.config.block_size)
+    return DraftModelDrafter(model, engine.config.sampler, cfg.draft_kv_tokens, engine.config.block_size)

@@ -27,12 +27,12 @@ from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine.engine import Engine
 from tailrl.engine.probe import fake_seqs, time_forward
 from tailrl.engine.request import Request, SamplingParams
-from tailrl.model import load
 from tailrl.model.loading import save_hf
 from tailrl.perf.fit import fit_affine
 from tailrl.speculative.decoupled.speculator import DecoupledSpeculator, fixed_plan
 from tailrl.speculative.decoupled.tgs import DraftCost, VerifyCost
 from tailrl.speculative.drafters.draft_model import DraftModelDrafter
+from tailrl.speculative.drafters.vocab_head import load_draft
 
 
 def fit_verify(points: list[tuple[int, int, float]]) -> VerifyCost:
@@ -76,7 +76,7 @@ def profile_tgs(target, draft, threads: list[int], batches=(1, 8, 32, 64), windo
         raise ValueError("profiling the decoupled runtime needs the draft model's folder")
     if draft_path is not None:
         p = next(target.parameters())
-        draft, _ = load(str(draft), dtype=p.dtype, device=str(p.device), tokenizer=False)
+        draft = load_draft(draft, dtype=p.dtype, device=str(p.device))
     vocab = target.args.vocab_size
     kv = max(batches) * (24 + max(windows) + 8) * 2
     engine = Engine(target, EngineConfig(kv_cache_tokens=kv, block_size=block_size))
