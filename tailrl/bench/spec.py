@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from tailrl.bench.common import demo_policy, run_demo_training
+from tailrl.bench.common import demo_policy, run_demo_training, warm_up
 from tailrl.config import EngineConfig, SpecConfig
 from tailrl.demo.run import DEMO_TASK
 from tailrl.engine import Request, SamplingParams
@@ -40,11 +39,7 @@ def _compare(model, tok, batches: list[list], method: str, repeats: int) -> dict
     in training); alternate off/on per batch so machine noise hits both. Returns the aggregate."""
 
     engines = {"off": _engine(model, tok, "none"), "on": _engine(model, tok, method)}
-    warm = [replace(r, prompt_ids=r.prompt_ids[:1], uid=10**9 + i, params=replace(r.params, max_new_tokens=8))
-            for i, r in enumerate(batches[0][:2])]
-    for e in engines.values():  # first-call costs (allocations, kernels) stay out of the timings
-        e.generate(warm)
-    engines["on"].strategy.end_rollout()
+    warm_up(engines.values(), batches[0])
     tot = {"off": 0.0, "on": 0.0}
     eff = {"off": [], "on": []}
     same = total = 0

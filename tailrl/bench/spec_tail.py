@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from tailrl.bench.common import warm_up
 from tailrl.bench.exactness_prompts import chat_ids, read_questions, word_problems
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine import Request, SamplingParams
@@ -36,9 +36,10 @@ def questions(path: str | None, n: int, seed: int) -> list[str]:
     return read_questions(path, n) if path else word_problems(n, seed)
 
 
-def smollm2_draft(draft_prompts: str | None = None, params: DistillParams = SMOLLM2_DRAFT, log=print) -> Path:
-    """The cached draft folder of SmolLM2 (distilled on first use: ~15-25 minutes of this 2-core CPU)."""
-    model, tok = load(SMOLLM2)
+def smollm2_draft(model, tok, draft_prompts: str | None = None, params: DistillParams = SMOLLM2_DRAFT,
+                  log=print) -> Path:
+    """The cached draft folder of SmolLM2 (model, tok: load(SMOLLM2)), distilled on first use: ~30 minutes of
+    this 2-core CPU (rollouts and the teacher pass ~20, cached apart from the training)."""
     qs = questions(draft_prompts, DRAFT_PROMPTS + DRAFT_HELD, seed=1000)
     ids = [chat_ids(tok, q) for q in qs]
     return distill_draft(model, tok, SMOLLM2, ids[:DRAFT_PROMPTS], ids[DRAFT_PROMPTS:], params,
@@ -52,16 +53,15 @@ def _progress(log):
     return report
 
 
-def tail_workload(prompts: str | None, n_prompts: int, group: int, max_new: int, temperature: float,
-                  epochs: int):
-    """(model, tok, batches): `epochs` batches of the same n_prompts questions x group samples, each epoch
-    with its own sampling seed (an RL step's fresh rollouts of the same prompts)."""
-    model, tok = load(SMOLLM2)
+def tail_workload(tok, prompts: str | None, n_prompts: int, group: int, max_new: int, temperature: float,
+                  epochs: int) -> list[list[Request]]:
+    """`epochs` batches of the same n_prompts questions x group samples, each epoch with its own sampling seed
+    (an RL step's fresh rollouts of the same prompts)."""
     ids = [chat_ids(tok, q) for q in questions(prompts, n_prompts, seed=0)]
     batches = [[Request(p, uid=i, n=group, params=SamplingParams(temperature=temperature, max_new_tokens=max_new,
                                                                   seed=100 + e))
                 for i, p in enumerate(ids)] for e in range(epochs)]
-    return model, tok, batches
+    return batches
 
 
 def tail_configs(draft: str) -> dict[str, SpecConfig]:
@@ -84,10 +84,7 @@ def compare(model, tok, batches: list[list[Request]], configs: dict[str, SpecCon
     configuration (the reference: speculation off)."""
     kv = 2 * sum(len(r.prompt_ids) + r.params.max_new_tokens for r in batches[0]) * batches[0][0].n
     engines = {n: build_engine(model, tok, EngineConfig(kv_cache_tokens=kv, spec=c)) for n, c in configs.items()}
-    warm = [replace(r, uid=10**9 + i, n=1, params=replace(r.params, max_new_tokens=8)) for i, r in enumerate(batches[0][:2])]
-    for e in engines.values():  # first-call costs stay out of the timings
-        e.generate(warm)
-        e.strategy.end_rollout()
+    warm_up(engines.values(), batches[0])
     names = list(configs)
     res = {n: {"epochs_s": [], "phase": {}, "spec": [], "same": 0, "sequences": 0} for n in names}
     for ep, reqs in enumerate(batches):
@@ -142,11 +139,12 @@ def run_tail_bench(out_dir: str, prompts: str | None, draft_prompts: str | None,
                    max_new: int, temperature: float, epochs: int, configs: list[str], threads: int) -> dict:
     """`tailrl bench spec --workloads tail`: the SmolLM2 tail workload, every configuration side by side."""
     torch.set_num_threads(threads)
-    draft = str(smollm2_draft(draft_prompts))
+    model, tok = load(SMOLLM2)
+    draft = str(smollm2_draft(model, tok, draft_prompts))
     meta = json.loads((Path(draft) / "draft_meta.json").read_text())
     print(f"draft {draft}: keyed acceptance {meta['keyed_acceptance']:.3f} at T={meta['params']['temperature']}, "
           f"forward {meta['forward_time_ratio']:.3f}x the policy's", flush=True)
-    model, tok, batches = tail_workload(prompts, n_prompts, group, max_new, temperature, epochs)
+    batches = tail_workload(tok, prompts, n_prompts, group, max_new, temperature, epochs)
     every = tail_configs(draft)
     chosen = {n: every[n] for n in dict.fromkeys(["off", *configs])}
     print(f"tail: SmolLM2, {n_prompts} prompts x {group} samples, {max_new} tokens, T={temperature}, {epochs} epochs, "

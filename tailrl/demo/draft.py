@@ -26,14 +26,13 @@ from pathlib import Path
 
 import torch
 
-from tailrl.config import EngineConfig
 from tailrl.data.demo_task import DemoTask
 from tailrl.demo.run import DEMO_TASK, demo_policy
 from tailrl.demo.warmstart import WarmStartParams, model_args
-from tailrl.engine import Request, Rollout, SamplingParams
+from tailrl.engine import Rollout
 from tailrl.model import build_model, init_random, load, save_hf
 from tailrl.model.loading import cache_dir
-from tailrl.speculative import build_engine
+from tailrl.speculative.distill import rollouts
 from tailrl.speculative.profiling.acceptance import keyed_acceptance, pack
 
 
@@ -61,11 +60,8 @@ class DraftParams:
 def policy_rollouts(model, tok, task: DemoTask, n: int, split: str, seed: int,
                     spec: DraftParams) -> list[Rollout]:
     """n rollouts (one per prompt, uid = row index, sampling seed `seed`) of the model on a task split."""
-    params = SamplingParams(temperature=spec.temperature, max_new_tokens=spec.max_new_tokens, seed=seed)
-    reqs = [Request(tok(r["prompt"])["input_ids"], uid=i, n=1, params=params)
-            for i, r in enumerate(task.rows(n, split, seed=seed))]
-    outs, _ = build_engine(model, tok, EngineConfig(kv_cache_tokens=65536)).generate(reqs)
-    return [o for o in outs if o.finish_reason != "error" and o.token_ids]
+    prompts = [tok(r["prompt"])["input_ids"] for r in task.rows(n, split, seed=seed)]
+    return rollouts(model, prompts, spec.temperature, spec.max_new_tokens, seed)
 
 
 def kl_loss(teacher: torch.Tensor, student: torch.Tensor, mask: torch.Tensor,

@@ -144,7 +144,7 @@ class RolloutTrace:
         for s in self.steps:
             if s.kind != "prefill":
                 ph = out["tail" if s.batch <= tail_batch else "large"]
-                ph["seconds"] += s.t1 - (s.t0 if prev is None else min(prev, s.t0))
+                ph["seconds"] += s.t1 - (s.t0 if prev is None else prev)
                 ph["tokens"] += s.emitted
                 if s.kind == "verify":
                     ph["verifies"] += 1

@@ -62,11 +62,12 @@ class DistillParams:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def rollouts(model, prompts: list[list[int]], params: DistillParams, seed: int) -> list[Rollout]:
-    """One keyed rollout per prompt (uid = index) at the distillation temperature."""
-    sp = SamplingParams(temperature=params.temperature, max_new_tokens=params.max_new_tokens, seed=seed)
+def rollouts(model, prompts: list[list[int]], temperature: float, max_new_tokens: int, seed: int) -> list[Rollout]:
+    """One keyed rollout per prompt (uid = index), the non-empty ones (distillation data, also the demo
+    draft's)."""
+    sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     reqs = [Request(p, uid=i, n=1, params=sp) for i, p in enumerate(prompts)]
-    kv = sum(len(p) for p in prompts) + len(prompts) * (params.max_new_tokens + 16)
+    kv = sum(len(p) for p in prompts) + len(prompts) * (max_new_tokens + 16)
     outs, _ = Engine(model, EngineConfig(kv_cache_tokens=kv)).generate(reqs)
     return [o for o in outs if o.finish_reason != "error" and o.token_ids]
 
@@ -145,13 +146,14 @@ def train_draft(draft, outs: list[Rollout], teacher, vocab: list[int], params: D
     opt = torch.optim.AdamW(trainable, lr=params.lr, weight_decay=0.0, betas=(0.9, 0.98))
     rng = random.Random(params.seed)
     order = list(range(len(outs)))
-    steps = params.epochs * math.ceil(len(outs) / params.batch)
+    per_epoch = math.ceil(len(outs) / params.batch)
+    steps = params.epochs * per_epoch
     losses = []
     draft.train()
     for step in range(steps):
-        if step % math.ceil(len(outs) / params.batch) == 0:
+        b = step % per_epoch
+        if b == 0:
             rng.shuffle(order)
-        b = step % math.ceil(len(outs) / params.batch)
         idx = order[b * params.batch:(b + 1) * params.batch]
         ids, mask = pack([outs[i] for i in idx], pad)
         student = draft(ids[:, :-1])[mask.bool()]  # (N, S): completion positions, rollout by rollout
@@ -206,8 +208,8 @@ def distill_data(policy, name: str, train: list[list[int]], held: list[list[int]
     policy.eval()
     log(f"distillation data: {len(train)} + {len(held)} rollouts of {name} at T={params.temperature}, "
         f"{params.max_new_tokens} tokens max, then the teacher's top-{params.top_k}")
-    outs = rollouts(policy, train, params, params.seed)
-    held_outs = rollouts(policy, held, params, params.seed + 1)
+    outs = rollouts(policy, train, params.temperature, params.max_new_tokens, params.seed)
+    held_outs = rollouts(policy, held, params.temperature, params.max_new_tokens, params.seed + 1)
     gen_s = time.perf_counter() - t0
     teacher = teacher_topk(policy, outs, params.top_k, params.temperature, pad)
     d = {"train": outs, "held": held_outs, "teacher": teacher, "generate_seconds": gen_s,
@@ -241,6 +243,8 @@ def distill_draft(policy, tok, name: str, train: list[list[int]], held: list[lis
     save_hf(draft, tmp, tokenizer=tok)
     (tmp / VOCAB_FILE).write_text(json.dumps(vocab))
     restrict_vocab(draft, vocab)
+    before = draft_from_policy(policy, params.layers)
+    restrict_vocab(before, vocab)
     tail = losses[-max(1, len(losses) // 10):]
     meta = {
         "params": asdict(params), "policy": name, "train_rollouts": len(outs), "heldout_rollouts": len(held_outs),
@@ -248,15 +252,11 @@ def distill_draft(policy, tok, name: str, train: list[list[int]], held: list[lis
         "kl_first": losses[0], "kl_final": sum(tail) / len(tail),
         "vocab_coverage_heldout": sum(t in vs for t in held_tokens) / max(len(held_tokens), 1),
         "keyed_acceptance": keyed_acceptance(draft, held_outs, params.seed + 1, params.temperature, pad),
-        "keyed_acceptance_before": None,
+        "keyed_acceptance_before": keyed_acceptance(before.eval(), held_outs, params.seed + 1, params.temperature, pad),
         "forward_time_ratio": decode_forward_s(draft) / decode_forward_s(policy),
         "generate_seconds": data["generate_seconds"], "teacher_seconds": data["teacher_seconds"],
         "train_seconds": train_s,
     }
-    before = draft_from_policy(policy, params.layers)
-    restrict_vocab(before, vocab)
-    meta["keyed_acceptance_before"] = keyed_acceptance(before.eval(), held_outs, params.seed + 1,
-                                                       params.temperature, pad)
     (tmp / "draft_meta.json").write_text(json.dumps(meta, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
