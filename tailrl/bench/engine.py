@@ -7,7 +7,8 @@
    (torch.profiler); the fraction of the HBM roofline on CUDA = (weight bytes + K/V bytes read per step) /
    peak bandwidth / step time.
 2. Keyed sampling vs the LM head's matmul at B = 64 and a 49,152 vocabulary (the CPU target: sampling costs
-   no more than the head).
+   no more than the head), without and with top-k / top-p; the top-k / top-p cut alone, torch radix select vs
+   the Triton kernel on CUDA (also at B = 256, V = 151,936).
 3. The long-tailed workload (engine_tail.py): B = 64, lognormal forced lengths up to 1024, tailrl vs HF
    generate with its default cache and its static cache.
 """
@@ -23,10 +24,12 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tailrl import kernels
 from tailrl.bench.common import write_outputs
 from tailrl.bench.engine_tail import engine_config, hf_config, long_tail, sync
 from tailrl.engine import Request, SamplingParams
 from tailrl.engine.sampling import host_flags, keyed_sample_hashed
+from tailrl.engine.sampling.blocked import _weights, nucleus_floor_torch
 from tailrl.errors import UserError
 from tailrl.model import ModelArgs, build_model, init_random, load
 from tailrl.perf.hardware import GPUS, MODELS, ModelShape
@@ -111,6 +114,19 @@ def roofline_fraction(spec: ModelShape, bytes_per_param: int, batch: int, contex
     return read / (gpu.hbm_tbps * 1e12) / (step_ms / 1e3)
 
 
+def _median_ms(fn, device: str, reps: int) -> float:
+    """Median wall ms of fn() over reps calls after one warm-up, synchronised on device."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
 def sampler_vs_head(device: str, dtype: torch.dtype, sampler: str, batch: int = 64, vocab: int = 49152,
                     hidden: int = 576, reps: int = 10) -> dict:
     """Median ms of the LM head's matmul (batch, hidden) x (hidden, vocab) and of keyed sampling its logits."""
@@ -122,22 +138,32 @@ def sampler_vs_head(device: str, dtype: torch.dtype, sampler: str, batch: int = 
                           torch.ones(batch, device=device))
     flags = host_flags([1.0] * batch, [0] * batch, [1.0] * batch)
 
-    def timed(fn) -> float:
-        fn()
-        ts = []
-        for _ in range(reps):
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            ts.append(time.perf_counter() - t)
-        return statistics.median(ts) * 1e3
-
     logits = torch.nn.functional.linear(h, w).float()
-    head = timed(lambda: torch.nn.functional.linear(h, w))
-    sample = timed(lambda: keyed_sample_hashed(logits, hashes, temp, top_k, top_p, sampler, flags))
+    head = _median_ms(lambda: torch.nn.functional.linear(h, w), device, reps)
+    sample = _median_ms(lambda: keyed_sample_hashed(logits, hashes, temp, top_k, top_p, sampler, flags), device, reps)
+    k50, p95 = torch.full_like(top_k, 50), torch.full_like(top_p, 0.95)
+    cut_flags = host_flags([1.0] * batch, [50] * batch, [0.95] * batch)
+    cut = _median_ms(lambda: keyed_sample_hashed(logits, hashes, temp, k50, p95, sampler, cut_flags), device, reps)
     return {"batch": batch, "vocab": vocab, "hidden": hidden, "sampler": sampler, "lm_head_ms": head,
-            "sampling_ms": sample, "sampling_over_head": sample / head}
+            "sampling_ms": sample, "sampling_over_head": sample / head, "sampling_cut_ms": cut}
+
+
+def cut_cost(device: str, batch: int, vocab: int, reps: int = 10) -> dict:
+    """The samplers' top-k = 50 / top-p = 0.95 cut alone (the floor over LM-like weights): median ms of the torch
+    radix select and, on CUDA with Triton, of the kernel (kernels/radix.py), and whether their floors agree."""
+    g = torch.Generator(device=device).manual_seed(1)
+    logits = torch.randn(batch, vocab, generator=g, device=device) * 3
+    logits[:, : vocab // 50] += 6
+    p = _weights(logits, torch.ones(batch, device=device))[0]
+    k, tp = torch.full((batch,), 50, device=device), torch.full((batch,), 0.95, device=device)
+
+    res = {"batch": batch, "vocab": vocab,
+           "torch_ms": _median_ms(lambda: nucleus_floor_torch(p, k, tp, True, True), device, reps)}
+    if p.is_cuda and kernels.HAS_TRITON:
+        res["kernel_ms"] = _median_ms(lambda: kernels.nucleus_floor(p, k, tp, True, True), device, reps)
+        res["equal"] = bool(torch.equal(kernels.nucleus_floor(p, k, tp, True, True),
+                                        nucleus_floor_torch(p, k, tp, True, True)))
+    return res
 
 
 def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], context: int, steps: int, warmup: int,
@@ -172,6 +198,11 @@ def run_engine_bench(out_dir: str, shapes: list[str], batches: list[int], contex
     res["sampling"] = res["samplings"][0]
     for s in res["samplings"]:
         progress(f"sampling ({s['sampler']}) {s['sampling_ms']:.2f} ms vs LM head {s['lm_head_ms']:.2f} ms")
+    cuts = [(sampling_batch, 49152)] + ([(256, 151936)] if device == "cuda" else [])
+    res["cuts"] = [cut_cost(device, b, v) for b, v in cuts]
+    for c in res["cuts"]:
+        progress(f"top-k/top-p cut B={c['batch']} V={c['vocab']}: torch {c['torch_ms']:.2f} ms"
+                 + (f", kernel {c['kernel_ms']:.2f} ms (floors equal: {c['equal']})" if "kernel_ms" in c else ""))
     if tail:
         spec = SMALL if tail_shape == "small" else MODELS[tail_shape]
         res["long_tail"] = long_tail(spec, SHAPES.get(tail_shape, "LlamaForCausalLM"), device, dt,
@@ -194,7 +225,12 @@ def summary(res: dict) -> str:
     for s in res.get("samplings", [res["sampling"]]):
         lines += ["", f"Keyed sampling ({s['sampler']}) at B = {s['batch']}, V = {s['vocab']}: {s['sampling_ms']:.2f} ms; "
                   f"the LM head's matmul ({s['hidden']} -> {s['vocab']}): {s['lm_head_ms']:.2f} ms "
-                  f"(ratio {s['sampling_over_head']:.2f})."]
+                  f"(ratio {s['sampling_over_head']:.2f}); with top-k 50 / top-p 0.95: {s['sampling_cut_ms']:.2f} ms."]
+    for c in res.get("cuts", []):
+        kern = (f"; the Triton kernel {c['kernel_ms']:.2f} ms ({c['torch_ms'] / c['kernel_ms']:.1f}x), floors "
+                f"{'equal' if c['equal'] else 'DIFFERENT'}") if "kernel_ms" in c else ""
+        lines += ["", f"The top-k / top-p cut alone at B = {c['batch']}, V = {c['vocab']}: torch radix select "
+                  f"{c['torch_ms']:.2f} ms{kern}."]
     if "long_tail" in res:
         t = res["long_tail"]
         best = t["best"]

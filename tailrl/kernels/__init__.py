@@ -41,6 +41,7 @@ _EXPORTS = {
     "log_softmax_invariant": "softmax",
     "token_logprobs_invariant": "softmax",
     "gumbel_argmax": "gumbel",
+    "nucleus_floor": "radix",
 }
 
 __all__ = ["HAS_TRITON", "require_triton", *_EXPORTS]

@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from tailrl.bench.engine import decode_step, roofline_fraction, sampler_vs_head, summary
+from tailrl.bench.engine import cut_cost, decode_step, roofline_fraction, sampler_vs_head, summary
 from tailrl.bench.engine_tail import long_tail, make_lengths
 from tailrl.cli import main
 from tailrl.perf.hardware import GPU, ModelShape
@@ -34,14 +34,18 @@ def test_roofline_fraction_is_bytes_over_bandwidth_over_time():
 
 def test_sampling_vs_head_and_long_tail_vs_hf(tmp_path):
     s = sampler_vs_head("cpu", torch.float32, "blocked", batch=4, vocab=1000, hidden=32, reps=2)
-    assert s["lm_head_ms"] > 0 and s["sampling_ms"] > 0
+    assert s["lm_head_ms"] > 0 and s["sampling_ms"] > 0 and s["sampling_cut_ms"] > 0
+    cut = cut_cost("cpu", 3, 500, reps=2)
+    assert cut["torch_ms"] > 0 and "kernel_ms" not in cut  # the kernel only where it runs: CUDA
     spec = ModelShape("tiny", layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=97)
     t = long_tail(spec, "LlamaForCausalLM", "cpu", torch.float32, batch=4, median=6, sigma=1.0,
                   max_len=16, temperature=1.0, repeat=1, seed=0, engine_overrides={}, progress=lambda *_: None)
     assert set(t["best"]) == {"hf_dynamic_cache", "hf_static_cache", "tailrl"} and t["ratio_vs_hf_static"] > 0
     assert max(make_lengths(4, 6, 1.0, 8, 16, 0)) == 16  # the straggler gets the whole budget
-    md = summary({"gpu": None, "dtype": "float32", "torch": "x", "steps": [], "sampling": s, "long_tail": t})
+    md = summary({"gpu": None, "dtype": "float32", "torch": "x", "steps": [], "sampling": s, "long_tail": t,
+                  "cuts": [cut, {**cut, "kernel_ms": cut["torch_ms"] / 4, "equal": True}]})
     assert "hf_static_cache" in md and "tailrl vs HF generate" in md
+    assert "with top-k 50 / top-p 0.95" in md and "the Triton kernel" in md and "(4.0x), floors equal" in md
 
 
 def test_bad_arguments_are_one_line(capsys):

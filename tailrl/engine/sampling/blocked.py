@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from tailrl import kernels
 from tailrl.engine.sampling.hashing import uniform_from_hash
 from tailrl.engine.sampling.processing import Flags
 
@@ -111,7 +112,7 @@ def _sample_weights(p: torch.Tensor, u: torch.Tensor, block: int | None = None) 
 
 def _radix_select(bits: torch.Tensor, weight: torch.Tensor,
                   target: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """bits: (B, V) int32 keys in [0, 2**30); weight: (B, V) int64 >= 0, contiguous; target: the row
+    """bits: (B, V) int32 keys in [0, 2**30); weight: (B, V) int64 (or int32 counts) >= 0, contiguous; target: the row
     totals (B,) int64 -> c (B,) int64. -> (B,) int64: the largest key v with sum(weight[bits >= v]) >= c,
     or 0 where none has (the row's total is below c).
 
@@ -139,7 +140,7 @@ def _radix_select(bits: torch.Tensor, weight: torch.Tensor,
         torch.bitwise_right_shift(bits, shift, out=t).bitwise_and_(n - 1).add_(base)  # & keeps NaN in range
         if chosen is not None:
             t.add_(outside, alpha=B * n)
-        hist = torch.zeros(2 * B * n, dtype=torch.int64, device=dev).index_add_(0, t.view(-1), flat_weight)
+        hist = torch.zeros(2 * B * n, dtype=weight.dtype, device=dev).index_add_(0, t.view(-1), flat_weight)
         hist = hist[:B * n].view(B, n)
         if c is None:
             c = target(hist.sum(-1)).unsqueeze(-1)
@@ -156,6 +157,16 @@ def _radix_select(bits: torch.Tensor, weight: torch.Tensor,
 
 def _nucleus_floor(p: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, need_k: bool,
                    need_p: bool) -> torch.Tensor:
+    """The samplers' top-k / top-p floor (nucleus_floor_torch's definition): on CUDA the Triton kernel
+    (kernels/radix.py: the same floors, reading p once per pass, no (B, V) temporaries, p left unchanged),
+    elsewhere the torch radix select (the CPU's path and the kernel's test oracle)."""
+    if p.is_cuda and kernels.HAS_TRITON:
+        return kernels.nucleus_floor(p, top_k, top_p, need_k, need_p)
+    return nucleus_floor_torch(p, top_k, top_p, need_k, need_p)
+
+
+def nucleus_floor_torch(p: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, need_k: bool,
+                        need_p: bool) -> torch.Tensor:
     """p: (B, V) float32 weights in [0, 1] (largest = 1); top_k: (B,) int (0 = off); top_p: (B,) float.
     -> (B,) int32 floor on p's bit pattern (p.view(int32), monotone in p >= 0): the tokens kept are those
     with bits >= floor (0 keeps all).
@@ -170,7 +181,7 @@ def _nucleus_floor(p: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, ne
     bits = p.view(torch.int32)
     floor = torch.zeros(p.shape[0], dtype=torch.int64, device=p.device)
     if need_k:
-        ones = torch.ones(bits.shape, dtype=torch.int64, device=p.device)
+        ones = torch.ones(bits.shape, dtype=torch.int32, device=p.device)  # counts: int32 (< V) histograms
         k = top_k.long()
         floor = torch.where(top_k > 0, _radix_select(bits, ones, lambda total: k), floor)
     if need_p:
