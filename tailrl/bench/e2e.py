@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from tailrl.bench.common import run_training, time_to_reach, write_outputs
+from tailrl.bench.e2e_latency import with_latency
 from tailrl.bench.e2e_tasks import TASKS, E2ETask
 from tailrl.model import load_weights
 from tailrl.model.loading import resolve_device
@@ -75,19 +76,20 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            log["t"] = time.perf_counter()
+            log["t"], log["gen"] = time.perf_counter(), 0.0
 
         def on_step_end(self, args, state, control, model=None, **kw):
             log["step_s"].append(time.perf_counter() - log["t"])
+            log["gen_s"].append(log["gen"])
             if state.global_step % eval_every == 0 or state.global_step == steps:
                 log["evals"].append((state.global_step, sum(log["step_s"]),
                                      evaluator((k, v.detach()) for k, v in model.state_dict().items())))
 
-    class Timed(GRPOTrainer):  # the generation share of each step
-        def _generate_single_turn(self, *a, **k):
+    class Timed(GRPOTrainer):  # the generation share of each step (every turn and tool call of it)
+        def _generate(self, *a, **k):
             t = time.perf_counter()
-            out = super()._generate_single_turn(*a, **k)
-            log["gen_s"].append(time.perf_counter() - t)
+            out = super()._generate(*a, **k)
+            log["gen"] += time.perf_counter() - t
             return out
 
     cfg = GRPOConfig(output_dir=str(out), use_cpu=device == "cpu", bf16=False, num_generations=task.group,
@@ -95,11 +97,14 @@ def run_trl(task: E2ETask, model_dir: Path, out: Path, steps: int, eval_every: i
                      max_completion_length=task.max_new, temperature=1.0, top_p=1.0, learning_rate=task.lr,
                      lr_scheduler_type="constant", loss_type="grpo", beta=0.0, epsilon=0.2, scale_rewards="group",
                      max_grad_norm=1.0, optim="adamw_torch", weight_decay=0.0, max_steps=steps, logging_steps=1,
-                     save_strategy="no", report_to=[], seed=0, disable_tqdm=True)
+                     save_strategy="no", report_to=[], seed=0, disable_tqdm=True,
+                     max_tool_calling_iterations=task.max_turns - 1 if task.tools else None)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
+    if task.response_template is not None:
+        tok.response_template = task.response_template
     trainer = Timed(model=model, reward_funcs=reward, args=cfg, train_dataset=ds, processing_class=tok,
-                    callbacks=[Clock()])
+                    callbacks=[Clock()], tools=list(task.tools) or None)
     log["evals"].insert(0, (0, 0.0, evaluator((k, v.detach()) for k, v in model.state_dict().items())))
     trainer.train()
     hist = [h for h in trainer.state.log_history if "reward" in h]
@@ -147,11 +152,15 @@ def summarize(r: dict, target: float | None) -> dict:
             "accuracy_end": r["evals"][-1][2], "time_to_target_s": reached}
 
 
-def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str], task_name: str = "demo") -> dict:
+def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str], task_name: str = "demo",
+                  tool_latency_s: float = 0.0, tool_workers: int = 8, trl_async_tool: bool = False) -> dict:
     task = TASKS[task_name]
     root = Path(out_dir)
     for name in ("trl", "eval"):  # fresh (the tailrl runs clear their own folders)
         shutil.rmtree(root / name, ignore_errors=True)
+    extra: list[str] = []  # tailrl overrides of both runs (the evaluation keeps the task's own tools)
+    if tool_latency_s > 0:
+        task, extra = with_latency(task, tool_latency_s, root, tool_workers, trl_async_tool)
     model_dir = task.model_dir()
     budget = steps * task.prompts
     device = resolve_device("auto")  # one device for every system: TRL's and tailrl's steps compare there
@@ -165,14 +174,14 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
             evaluator.close()
         print(f"trl: {sum(runs['trl']['step_s']):.1f}s of steps ({time.perf_counter() - t0:.0f}s wall)", flush=True)
     if "off" in systems:
-        runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, [], device)
+        runs["off"] = run_tailrl(task, model_dir, root / "off", budget, eval_every, extra, device)
         print(f"tailrl off: {sum(runs['off']['step_s']):.1f}s of steps", flush=True)
     if "full" in systems:
-        runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, list(task.full), device)
+        runs["full"] = run_tailrl(task, model_dir, root / "full", budget, eval_every, [*extra, *task.full], device)
         print(f"tailrl full: {sum(runs['full']['step_s']):.1f}s of steps", flush=True)
     if "unchunked" in systems:  # off with the whole (S, C, V) logits in the update, as before chunking
         runs["unchunked"] = run_tailrl(task, model_dir, root / "unchunked", budget, eval_every,
-                                       ["train.logprob_chunk_rows=0"], device)
+                                       [*extra, "train.logprob_chunk_rows=0"], device)
         print(f"tailrl off, unchunked: {sum(runs['unchunked']['step_s']):.1f}s of steps", flush=True)
     start = statistics.mean(r["evals"][0][2] for r in runs.values())
     gain = max(r["evals"][-1][2] for r in runs.values()) - start
@@ -185,7 +194,7 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
                 s[f"wall_speedup_vs_{base}"] = table[base]["wall_s"] / s["wall_s"]
                 tb, tk = table[base]["time_to_target_s"], s["time_to_target_s"]
                 s[f"time_to_target_speedup_vs_{base}"] = tb / tk if tb and tk else None
-    result = {"task": task_name, "group": task.group, "prompts": task.prompts, "steps": steps, "prompt_budget": budget,
+    result = {"task": task_name, "tool_latency_s": tool_latency_s, "trl_async_tool": trl_async_tool, "group": task.group, "prompts": task.prompts, "steps": steps, "prompt_budget": budget,
               "eval_every": eval_every, "target_accuracy": target,
               "runs": table, "curves": {k: {"rewards": r["rewards"], "step_s": r["step_s"], "evals": r["evals"]}
                                         for k, r in runs.items()}}
@@ -235,7 +244,10 @@ def _markdown(res: dict) -> str:
     tgt = f"{res['target_accuracy']:.3f} (half the best gain)" if res["target_accuracy"] is not None else "none (no gain)"
     lines = [f"Task {res['task']}, prompt budget {res['prompt_budget']} ({res['steps']} steps of {res['prompts']} x "
              f"{res['group']} at G = {res['group']}); "
-             f"s / step without the first (warm-up) step; target accuracy {tgt}", "",
+             + (f"the tool sleeps {res['tool_latency_s']:g} s per call (TRL: "
+                f"{'an async twin' if res.get('trl_async_tool') else 'the same sync function'}); "
+                if res.get("tool_latency_s") else "")
+             + f"s / step without the first (warm-up) step; target accuracy {tgt}", "",
              "| system | steps | s / step | update s / step | × TRL | × off | rollout share | straggler rate | "
              "tail eff. | final reward | accuracy start → end | time to target s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -9,6 +9,10 @@
              sums, B = 64 (4 prompts x G = 16), 256 new tokens, one micro-batch of 64: the update is its LM
              head over the vocabulary (what chunked logprobs address); accuracy stays at zero, the per-step
              cost is the measurement
+    tools    the tools demo's policy (tailrl demo demo.task=tools: the demo's Llama warm-started to call the
+             built-in calculator, hermes format, its character tokenizer's chat template) on the demo's
+             arithmetic with the calculator tool, up to 2 assistant turns, B = 64 (8 prompts x G = 8), 160 new
+             tokens, lr 1e-4, reward demo_arith on the final turn; TRL gets the same function as `tools=`
     big-step a random Qwen2.5-1.5B shape (SmolLM2's 49,152-token vocabulary, so every id decodes) in bf16 with
              fp32 masters, B = 256 (16 prompts x G = 16), 1,024 new tokens with EOS ignored: one step at the
              size a GPU user runs (the GPU kit's e2e part); big-step-dry is its plumbing at a 2-layer size
@@ -28,9 +32,12 @@ from pathlib import Path
 
 from tailrl.bench.engine_tail import hf_config
 from tailrl.demo.run import DEMO_TASK, demo_config, demo_policy, local_run_config, write_splits
+from tailrl.demo.tools_run import tools_demo_config, tools_policy
+from tailrl.demo.tools_tokenizer import TOOLS_RESPONSE_TEMPLATE
 from tailrl.model import ModelArgs, build_model, init_random
 from tailrl.model.loading import cache_dir, hf_folder, load_tokenizer, save_hf
 from tailrl.perf.hardware import ModelShape
+from tailrl.tools.builtin import calculator
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class E2ETask:
     rows: Callable[[int, str], list[dict]]            # what TRL trains on
     config: Callable[[Path, Path, list[str]], object]  # (model folder, run folder, overrides) -> Config
     write_data: Callable[[Path], None]                 # run folder -> the data/ splits its config reads
+    tools: tuple[Callable, ...] = ()                   # the tool functions both systems call (TRL: tools=)
+    response_template: dict | None = None              # how TRL parses the chat template's assistant turns
+    max_turns: int = 1                                 # assistant turns per rollout (tailrl rollout.max_turns)
 
 
 def _demo_rows(n: int, split: str) -> list[dict]:
@@ -136,6 +146,11 @@ TASKS = {
     "wide": E2ETask(16, 4, 256, 1e-5, 16, "gsm8k", False,
                     ("algo.downsample.rule=max_variance", "algo.downsample.ratio=4"),
                     lambda: _random_model(WIDE, 1024), _sum_rows, _wide_config, _sum_data),
+    "tools": E2ETask(8, 8, 160, 1e-4, 100, "demo_arith", True,
+                     ("control.kind=sagc", "control.candidates=[4,8]", "control.delta=0.15",
+                      "algo.downsample.rule=max_variance", "algo.downsample.ratio=2", "engine.spec.method=auto"),
+                     tools_policy, _demo_rows, tools_demo_config, _demo_data, (calculator,), TOOLS_RESPONSE_TEMPLATE,
+                     max_turns=2),
     "big-step": E2ETask(16, 16, 1024, 1e-6, 4, "gsm8k", False, (), lambda: _random_model(BIG, 2048), _sum_rows,
                         _big_config(1024, 16, 16), _sum_data),
     "big-step-dry": E2ETask(4, 2, 8, 1e-6, 4, "gsm8k", False, (), lambda: _random_model(BIG_DRY, 64), _sum_rows,

@@ -8,7 +8,7 @@ from pathlib import Path
 from tailrl.errors import UserError
 
 # bench/e2e_tasks.py's TASKS (named here so that --help imports no torch; tests/bench check they agree)
-E2E_TASKS = ("demo", "smollm2", "wide", "big-step", "big-step-dry")
+E2E_TASKS = ("demo", "smollm2", "wide", "tools", "big-step", "big-step-dry")
 
 
 def add(sub) -> None:
@@ -83,8 +83,14 @@ def add(sub) -> None:
                    help="unchunked: off with the whole (S, C, V) logits in the update (train.logprob_chunk_rows=0)")
     q.add_argument("--task", default="demo", choices=E2E_TASKS,
                    help="demo: the demo policy on chained arithmetic; smollm2: SmolLM2-135M-Instruct on easy sums; "
+                        "tools: the tools demo's policy with the calculator tool, multi-turn (TRL: tools=); "
                         "wide: a tiny Qwen2 with a 49,152 vocabulary, 256-token completions at G = 16; big-step: one "
                         "step of a Qwen2.5-1.5B shape at B = 256, 1,024 tokens (a GPU's size; big-step-dry: 2 layers)")
+    q.add_argument("--tool-latency", type=float, default=0.0,
+                   help="with --task tools: the calculator sleeps this many seconds per call (both systems)")
+    q.add_argument("--tool-workers", type=int, default=8, help="with --tool-latency: tailrl's tool worker processes")
+    q.add_argument("--trl-async-tool", action="store_true",
+                   help="with --tool-latency: TRL gets an async twin of the tool (its calls then run concurrently)")
     q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)
@@ -284,7 +290,10 @@ def e2e(a) -> int:
     if "trl" in a.systems and not (importlib.util.find_spec("trl") and importlib.util.find_spec("datasets")):
         raise UserError("the TRL side needs `pip install trl datasets` (or `pip install -e .[e2e]`); "
                         "or leave it out: --systems off full")
-    run_e2e_bench(a.out_dir, a.steps, a.eval_every, a.systems, a.task)
+    if a.tool_latency < 0 or (a.tool_latency > 0 and a.task != "tools"):
+        raise UserError("--tool-latency takes seconds >= 0, with --task tools")
+    run_e2e_bench(a.out_dir, a.steps, a.eval_every, a.systems, a.task, a.tool_latency, a.tool_workers,
+                  a.trl_async_tool)
     return 0
 
 

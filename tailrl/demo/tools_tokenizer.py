@@ -44,6 +44,20 @@ TOOLS_TEMPLATE = (
 )
 
 
+# How TRL's GRPOTrainer (transformers' parse_response) reads an assistant turn of this template: the turn starts
+# after the prompt's final "=" or after an observation, a call is hermes JSON inside <tool_call> tags, the
+# rest is content up to the eos token (tailrl parses the same turns with its hermes parser, tools/parsers.py)
+TOOLS_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor_pattern": r"=|</result>",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"</s>\s*", "content": "text"},
+    },
+}
+
+
 def tools_tokenizer():
     """The character tokenizer of the tools demo (HF fast tokenizer) with TOOLS_TEMPLATE as its chat template."""
     tok = char_tokenizer(TOOLS_VOCAB, clean_up_tokenization_spaces=False)
