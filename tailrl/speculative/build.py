@@ -13,7 +13,6 @@ from tailrl.engine.clock import Clock
 from tailrl.engine.engine import Engine
 from tailrl.engine.strategy import DecodeStrategy, PlainDecode
 from tailrl.engine.turns import Turns
-from tailrl.errors import UserError
 from tailrl.speculative.modes import SPEC_MODES
 from tailrl.tail import DEFAULT_TAU
 
@@ -41,7 +40,5 @@ def build_engine(model, tokenizer=None, cfg: EngineConfig | None = None, tau: fl
     cfg = cfg or EngineConfig()
     detok = (lambda ids: tokenizer.decode(ids, skip_special_tokens=True)) if tokenizer is not None else None
     eos = eos_ids if eos_ids is not None else eos_ids_of(model, tokenizer)
-    if turns is not None and cfg.spec.mode == "decoupled":
-        raise UserError("multi-turn rollouts with engine.spec.mode=decoupled are not supported yet: use coupled")
     return Engine(model, cfg, eos_ids=eos, detokenize=detok, tau=tau, clock=clock,
                   strategy=lambda engine: build_strategy(engine, cfg.spec), turns=turns)

@@ -25,13 +25,24 @@ def echo_parser(text: str):
     return text, [ToolCall("echo", {"text": text[-3:], "delay": jitter.uniform(0.0, 0.03)})]
 
 
-def _run(model, tok, requests, workers: int, spec: str = "none"):  # noqa: F811
+def _generate(model, tok, requests, workers: int, spec: SpecConfig | str = "none"):  # noqa: F811
+    """({(uid, sample): (token ids, token mask, finish reason)}, the rollout trace)."""
+    spec = spec if isinstance(spec, SpecConfig) else SpecConfig(method=spec)
     with ToolExecutor(tools=["tests.tools.sample_tools:echo"], workers=workers) as ex:
         turns = ToolTurns(ex, tok, max_turns=2)
         turns.parse = echo_parser
-        cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, max_batch_size=16, spec=SpecConfig(method=spec))
-        outs, _ = build_engine(model, tok, cfg, eos_ids=[tok.eos_token_id], turns=turns).generate(requests)
-    return {(o.uid, o.sample_index): (o.token_ids, o.token_mask, o.finish_reason) for o in outs}
+        cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, max_batch_size=16, spec=spec)
+        engine = build_engine(model, tok, cfg, eos_ids=[tok.eos_token_id], turns=turns)
+        try:
+            outs, trace = engine.generate(requests)
+        finally:
+            if hasattr(engine.strategy, "close"):
+                engine.strategy.close()
+    return {(o.uid, o.sample_index): (o.token_ids, o.token_mask, o.finish_reason) for o in outs}, trace
+
+
+def _run(model, tok, requests, workers: int, spec: SpecConfig | str = "none"):  # noqa: F811
+    return _generate(model, tok, requests, workers, spec)[0]
 
 
 def test_multi_turn_rollouts_with_real_tools_are_identical_alone_batched_and_with_speculation(tok):  # noqa: F811
@@ -47,3 +58,30 @@ def test_multi_turn_rollouts_with_real_tools_are_identical_alone_batched_and_wit
         alone |= _run(model, tok, [r], workers=1)
     assert alone == batched
     assert _run(model, tok, requests, workers=1, spec="ngram") == batched
+
+
+def test_decoupled_speculation_continues_through_tool_turns(tok, tmp_path):  # noqa: F811
+    """A drafter process drafts every turn: the observation tokens and the token sampled after them reach its
+    stream like the tokens of a re-prefill (catch-up), its drafts past a turn's end are discarded, and the
+    rollouts equal plain decoding's, with a drafter that agrees (the policy) and one that often does not."""
+    from tailrl.config import DecoupledSpecConfig
+    from tailrl.model.loading import save_hf
+
+    model = tiny_native("llama", vocab=len(tok))[0]
+    save_hf(model, tmp_path / "self")
+    save_hf(tiny_native("llama", vocab=len(tok), layers=1, seed=1)[0], tmp_path / "other")
+    stops = tuple(tok.convert_tokens_to_ids(c) for c in "aeiou")
+    params = SamplingParams(temperature=1.0, max_new_tokens=120, seed=3, stop_token_ids=stops)
+    requests = [Request(tok.encode(f"<|im_start|>user\nQ{u}<|im_end|>\n<|im_start|>assistant\n",
+                                   add_special_tokens=False), uid=u, n=2, params=params) for u in range(2)]
+    plain = _run(model, tok, requests, workers=2)
+    assert sum(1 for ids, mask, _ in plain.values() if mask and 0 in mask) >= 2  # tool turns happened
+    for draft in ("self", "other"):
+        spec = SpecConfig(method=f"draft:{tmp_path / draft}", mode="decoupled", gate=False,
+                          decoupled=DecoupledSpecConfig(window=3))
+        got, trace = _generate(model, tok, requests, workers=2, spec=spec)
+        assert got == plain, draft
+        # drafts were discarded (the policy's own: only past a turn's end, where the observation differs) and
+        # never more than 2w - 1 per mismatch
+        assert trace.spec["spec/decoupled/wasted_tokens"] > 0
+        assert trace.spec["spec/decoupled/max_waste_per_mismatch"] <= 2 * 3 - 1
