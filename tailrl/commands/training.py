@@ -140,7 +140,7 @@ def run_eval(a) -> int:
     device = resolve_device(cfg.model.device)
     ctx = init_distributed(device, cfg.train.dist_timeout_s)  # under torchrun: a shard of the prompts per rank
     model, tok = load(ref, dtype=cfg.model.dtype, device=rank_device(device, ctx))
-    ds = load_dataset(cfg.data, cfg.data.eval_source or cfg.data.source)
+    ds = load_dataset(cfg.data, cfg.data.eval_source or cfg.data.source, held_out=bool(cfg.data.eval_source))
     examples = ds.examples[: a.prompts] if a.prompts else ds.examples
     r = cfg.rollout
     temp = a.temperature if a.temperature is not None else (0.0 if a.samples == 1 else r.temperature)

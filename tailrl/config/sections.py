@@ -199,7 +199,8 @@ class DataConfig(Section):
     reasoning_gym_args: dict = opt(factory=dict, help="the reasoning-gym task's own options (e.g. max_terms: 2)")
     seed: int = opt(0, "shuffling / generation seed")
     shuffle: bool = opt(True, "shuffle the prompts each epoch")
-    eval_source: str = opt("", "held-out set for `tailrl eval` and periodic evaluation (same fields and format)")
+    eval_source: str = opt("", "held-out set for `tailrl eval` and periodic evaluation (same fields and format; "
+                           "a reasoning_gym:<task> is generated from another seed than the training rows)")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Prompt datasets for training and eval: files or reasoning-gym tasks -> a list of Examples.
 
     ds = load_dataset(cfg.data)                       # cfg.data.source
-    ev = load_dataset(cfg.data, cfg.data.eval_source) # same fields/format, another source
+    ev = load_dataset(cfg.data, cfg.data.eval_source, held_out=True)  # same fields/format, another source
     ids = encode_example(ds.examples[0], tokenizer, cfg.data.chat_template)
 
 Two independent choices make a dataset: the container (how records are stored: JSONL, a JSON array,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from tailrl.errors import UserError
 
 FORMATS = ("auto", "jsonl", "json", "parquet", "hf_disk", "gsm8k", "math500", "dapo_math", "reasoning_gym")
 GYM_PREFIX = "reasoning_gym:"
+HELD_OUT_SEED = 1_000_003  # a reasoning-gym eval source is generated with data.seed + this: other problems
 # Rewards are called as f(prompt=..., completion=..., **row): these keys would collide (TRL drops them too).
 RESERVED_ROW_KEYS = ("prompt", "completion")
 _DETECT_ROWS = 16  # rows looked at to infer the schema (majority vote, so one odd first row is harmless)
@@ -140,11 +142,35 @@ def _container_for(path: Path) -> str:
     return kind
 
 
-def _open(src: str, cfg: DataConfig) -> tuple[str, str | None, Iterator[Record]]:
+def _gym_task(src: str, cfg: DataConfig) -> str | None:
+    """The reasoning-gym task a source names (reasoning_gym:<task>, or any name with data.format=reasoning_gym)."""
+    if src.startswith(GYM_PREFIX):
+        return src[len(GYM_PREFIX):].strip()
+    return src.strip() if cfg.format == "reasoning_gym" else None
+
+
+def _gym_rows(task: str, cfg: DataConfig, held_out: bool) -> list[dict]:
+    """Generated rows; a held-out set (an eval source) from another seed, with a warning when some of its
+    questions are also training questions of the same task (a problem space smaller than the sizes)."""
+    args = dict(cfg.reasoning_gym_args)
+    if not held_out:
+        return reasoning_gym_rows(task, cfg.reasoning_gym_size, cfg.seed, args)
+    rows = reasoning_gym_rows(task, cfg.reasoning_gym_size, cfg.seed + HELD_OUT_SEED, args)
+    if _gym_task(cfg.source, cfg) == task:
+        seen = {r.get("question") for r in reasoning_gym_rows(task, cfg.reasoning_gym_size, cfg.seed, args)}
+        both = sum(r.get("question") in seen for r in rows)
+        if both:
+            warnings.warn(f"data.eval_source reasoning_gym:{task}: {both} of its {len(rows)} generated questions "
+                          "also appear in the training rows (the task's problem space is small for these sizes)",
+                          stacklevel=4)
+    return rows
+
+
+def _open(src: str, cfg: DataConfig, held_out: bool = False) -> tuple[str, str | None, Iterator[Record]]:
     """(container, schema or None = infer, records)."""
-    if cfg.format == "reasoning_gym" or src.startswith(GYM_PREFIX):
-        task = src[len(GYM_PREFIX):] if src.startswith(GYM_PREFIX) else src
-        rows = reasoning_gym_rows(task.strip(), cfg.reasoning_gym_size, cfg.seed, dict(cfg.reasoning_gym_args))
+    task = _gym_task(src, cfg)
+    if task is not None:
+        rows = _gym_rows(task, cfg, held_out)
         return "reasoning_gym", "reasoning_gym", ((f"entry {i}", r) for i, r in enumerate(rows))
     path = Path(src).expanduser()
     if not path.exists():
@@ -196,11 +222,12 @@ def _check(cfg: DataConfig, src: str) -> None:
         raise UserError(f"data.limit must be >= 0, got {cfg.limit}")
 
 
-def load_dataset(cfg: DataConfig, source: str | None = None) -> PromptDataset:
-    """Read every usable row of `source` (default cfg.source) into Examples, in file order."""
+def load_dataset(cfg: DataConfig, source: str | None = None, held_out: bool = False) -> PromptDataset:
+    """Read every usable row of `source` (default cfg.source) into Examples, in file order. held_out: an
+    evaluation set (data.eval_source): a reasoning-gym task is then generated from another seed."""
     src = cfg.source if source is None else source
     _check(cfg, src)
-    container, schema, records = _open(src, cfg)
+    container, schema, records = _open(src, cfg, held_out)
     head = list(itertools.islice(records, _DETECT_ROWS))
     schema = schema or _infer_schema(head, cfg)
     reader = SCHEMAS[schema]

@@ -25,7 +25,7 @@ def single_turn_eval(model, tok, cfg: Config) -> dict[str, float]:
     r = cfg.rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens,
                             seed=r.seed + EVAL_SEED_OFFSET, stop=r.stop, ignore_eos=r.ignore_eos)
-    examples = load_dataset(cfg.data, cfg.data.eval_source).examples[: cfg.train.eval_prompts]
+    examples = load_dataset(cfg.data, cfg.data.eval_source, held_out=True).examples[: cfg.train.eval_prompts]
     engine = build_engine(model, tok, cfg.engine, tau=r.straggler_tau)  # no turns: a call ends the rollout
     reward = build_reward(replace(cfg.reward, workers=0))  # in-process: demo_arith is a string compare
     try:

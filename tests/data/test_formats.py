@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -157,3 +158,23 @@ def test_reasoning_gym_source():
     assert [e.prompt for e in load_dataset(cfg).examples] == [e.prompt for e in ds.examples]  # seeded
     with pytest.raises(UserError, match="did you mean basic_arithmetic"):
         load_dataset(DataConfig(source="reasoning_gym:basic_arithmetc"))
+
+
+def test_a_reasoning_gym_eval_source_is_held_out():
+    """data.eval_source naming the training task is generated from another seed (not the training rows), and a
+    problem space too small for that says so."""
+    pytest.importorskip("reasoning_gym")
+    import warnings
+
+    cfg = DataConfig(source="reasoning_gym:basic_arithmetic", eval_source="reasoning_gym:basic_arithmetic",
+                     reasoning_gym_size=20, seed=3)
+    train = {e.prompt for e in load_dataset(cfg).examples}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a wide problem space: no training question comes back
+        held = [e.prompt for e in load_dataset(cfg, cfg.eval_source, held_out=True).examples]
+    assert len(held) == 20 and not train & set(held)
+    assert held == [e.prompt for e in load_dataset(cfg, cfg.eval_source, held_out=True).examples]  # seeded
+    tiny = replace(cfg, reasoning_gym_args={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
+                                            "operators": ["+"]}, reasoning_gym_size=400)
+    with pytest.warns(UserWarning, match="also appear in the training rows"):
+        load_dataset(tiny, tiny.eval_source, held_out=True)
