@@ -3,9 +3,10 @@ served by another process or machine: a code sandbox, a search API), the same fu
 
 The function is written to a file in the bench folder, so tailrl's tool workers import it by reference
 (`rollout.tools=[FILE.py:calculator]`, `rollout.tool_workers` processes) and TRL gets the same function
-object (`tools=`), or with --trl-async-tool an `async def` twin (TRL gathers async calls concurrently: its
-strongest setting for a slow tool). TRL runs a synchronous tool's calls one after another between generation
-turns; tailrl parks a calling sequence while the others keep decoding and runs the calls on its workers.
+object (`tools=`), or with --trl-async-tool an `async def` twin. TRL runs a synchronous tool's calls one
+after another between generation turns, and gathers an async tool's calls per completion only (TRL 1.16's
+`_tool_call_loop`), so calls of different completions still run in series; tailrl parks a calling sequence
+while the others keep decoding and runs the calls on `--tool-workers` processes.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _write(folder: Path, name: str, latency_s: float, use_async: bool) -> str:
 def with_latency(task: E2ETask, latency_s: float, folder: Path, workers: int,
                  trl_async: bool = False) -> tuple[E2ETask, list[str]]:
     """(the task with the slow calculator as its TRL tool, tailrl's overrides for it). trl_async: TRL gets an
-    `async def` twin that awaits the latency (TRL gathers async calls concurrently), tailrl the plain one."""
+    `async def` twin that awaits the latency, tailrl the plain one."""
     if not task.tools:
         raise ValueError("--tool-latency needs a task with tools (--task tools)")
     folder.mkdir(parents=True, exist_ok=True)

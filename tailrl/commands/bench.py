@@ -90,7 +90,8 @@ def add(sub) -> None:
                    help="with --task tools: the calculator sleeps this many seconds per call (both systems)")
     q.add_argument("--tool-workers", type=int, default=8, help="with --tool-latency: tailrl's tool worker processes")
     q.add_argument("--trl-async-tool", action="store_true",
-                   help="with --tool-latency: TRL gets an async twin of the tool (its calls then run concurrently)")
+                   help="with --tool-latency: TRL gets an async twin of the tool (TRL 1.16 gathers async calls "
+                        "per completion, so calls of different completions still run one after another)")
     q.add_argument("--out-dir", default="runs/bench-e2e")
     q = bs.add_parser("tp", help="static TP1/DP2 and TP2/DP1 vs PAT's adaptive switching on a long-tailed batch (2 ranks)")
     q.set_defaults(run=tp)

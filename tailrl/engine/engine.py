@@ -209,6 +209,11 @@ class Engine:
         self.cache.truncate(seq.seq_id, num_cached)
         for j, (tok, lp) in enumerate(zip(tokens, logprobs)):
             if self._advance(seq, tok, lp):
+                if seq.seq_id in self.scheduler.parked and seq.num_cached > len(seq.tokens):
+                    # a turn ended inside the window: the K/V past its end are drafts' (accepted up to the
+                    # stop, not committed); the observation's prefill must write those positions again
+                    seq.num_cached = len(seq.tokens)
+                    self.cache.truncate(seq.seq_id, seq.num_cached)
                 return j + 1
         return len(tokens)
 

@@ -26,7 +26,7 @@ def echo_parser(text: str):
 
 
 def _generate(model, tok, requests, workers: int, spec: SpecConfig | str = "none"):  # noqa: F811
-    """({(uid, sample): (token ids, token mask, finish reason)}, the rollout trace)."""
+    """({(uid, sample): (token ids, token mask, finish reason)}, {(uid, sample): logprobs}, the trace)."""
     spec = spec if isinstance(spec, SpecConfig) else SpecConfig(method=spec)
     with ToolExecutor(tools=["tests.tools.sample_tools:echo"], workers=workers) as ex:
         turns = ToolTurns(ex, tok, max_turns=2)
@@ -38,7 +38,8 @@ def _generate(model, tok, requests, workers: int, spec: SpecConfig | str = "none
         finally:
             if hasattr(engine.strategy, "close"):
                 engine.strategy.close()
-    return {(o.uid, o.sample_index): (o.token_ids, o.token_mask, o.finish_reason) for o in outs}, trace
+    return ({(o.uid, o.sample_index): (o.token_ids, o.token_mask, o.finish_reason) for o in outs},
+            {(o.uid, o.sample_index): o.logprobs for o in outs}, trace)
 
 
 def _run(model, tok, requests, workers: int, spec: SpecConfig | str = "none"):  # noqa: F811
@@ -60,10 +61,12 @@ def test_multi_turn_rollouts_with_real_tools_are_identical_alone_batched_and_wit
     assert _run(model, tok, requests, workers=1, spec="ngram") == batched
 
 
-def test_decoupled_speculation_continues_through_tool_turns(tok, tmp_path):  # noqa: F811
-    """A drafter process drafts every turn: the observation tokens and the token sampled after them reach its
-    stream like the tokens of a re-prefill (catch-up), its drafts past a turn's end are discarded, and the
-    rollouts equal plain decoding's, with a drafter that agrees (the policy) and one that often does not."""
+def test_speculation_continues_through_tool_turns(tok, tmp_path):  # noqa: F811
+    """A draft model drafts every turn, coupled and in a drafter process: rollouts and logprobs equal plain
+    decoding's, with a draft that agrees (the policy: its drafts past a turn's end are accepted up to the stop,
+    and the K/V they left must not stand in for the observation's) and one that often does not. In the
+    drafter process the observation and the token sampled after it reach its stream as tokens gained outside
+    a round (catch-up); drafts past a turn's end are discarded like any mismatch."""
     from tailrl.config import DecoupledSpecConfig
     from tailrl.model.loading import save_hf
 
@@ -74,14 +77,16 @@ def test_decoupled_speculation_continues_through_tool_turns(tok, tmp_path):  # n
     params = SamplingParams(temperature=1.0, max_new_tokens=120, seed=3, stop_token_ids=stops)
     requests = [Request(tok.encode(f"<|im_start|>user\nQ{u}<|im_end|>\n<|im_start|>assistant\n",
                                    add_special_tokens=False), uid=u, n=2, params=params) for u in range(2)]
-    plain = _run(model, tok, requests, workers=2)
+    plain, plain_lp, _ = _generate(model, tok, requests, workers=2)
     assert sum(1 for ids, mask, _ in plain.values() if mask and 0 in mask) >= 2  # tool turns happened
-    for draft in ("self", "other"):
-        spec = SpecConfig(method=f"draft:{tmp_path / draft}", mode="decoupled", gate=False,
+    for draft, mode in (("self", "decoupled"), ("other", "decoupled"), ("self", "coupled")):
+        spec = SpecConfig(method=f"draft:{tmp_path / draft}", mode=mode, gate=False,
                           decoupled=DecoupledSpecConfig(window=3))
-        got, trace = _generate(model, tok, requests, workers=2, spec=spec)
-        assert got == plain, draft
-        # drafts were discarded (the policy's own: only past a turn's end, where the observation differs) and
-        # never more than 2w - 1 per mismatch
-        assert trace.spec["spec/decoupled/wasted_tokens"] > 0
-        assert trace.spec["spec/decoupled/max_waste_per_mismatch"] <= 2 * 3 - 1
+        got, lp, trace = _generate(model, tok, requests, workers=2, spec=spec)
+        assert got == plain, (draft, mode)
+        for k in plain_lp:  # the observations' NaN included
+            assert lp[k] == pytest.approx(plain_lp[k], abs=1e-5, nan_ok=True), (draft, mode, k)
+        if mode == "decoupled":  # drafts were discarded (the policy's own: only past a turn's end), never more
+            # than 2w - 1 per mismatch
+            assert trace.spec["spec/decoupled/wasted_tokens"] > 0
+            assert trace.spec["spec/decoupled/max_waste_per_mismatch"] <= 2 * 3 - 1

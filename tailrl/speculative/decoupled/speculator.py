@@ -221,13 +221,16 @@ class DecoupledSpeculator:
             raise UserError("the drafter process of decoupled speculation stopped answering") from None
 
     def _catch_up(self, ready) -> None:
-        """Tokens a sequence gained outside a round (the prefill after a preemption samples one) are
-        committed to its stream like any other, on both sides."""
+        """Tokens a sequence gained outside a round (the prefill after a preemption samples one; a tool
+        turn's observation and the token after it) are committed to its stream like any other, on both
+        sides. Drafts that happen to equal an observation's tokens are consumed but not counted as accepted."""
         for s in ready:
             st = self.streams.get(s.seq_id)
             if st is not None and st.start < len(s.tokens):
                 new = s.tokens[st.start:]
-                self._settle(s.seq_id, *reconcile(st, new), st.epoch - 1)
+                observed = s.token_mask is not None and 0 in s.token_mask[max(0, st.start - s.num_prompt):]
+                consumed, lost = reconcile(st, new)
+                self._settle(s.seq_id, 0 if observed else consumed, lost, st.epoch - 1)
                 self.ops.append(("commit", s.seq_id, new))
 
     def _plain(self, ready) -> None:
