@@ -99,3 +99,20 @@ def test_an_observation_can_end_the_rollout_or_exhaust_its_budget(model):
     assert all(len(o.token_ids) <= 12 for o in short)
     # an observation cut at the budget ends the rollout ("length") on an observation token
     assert any(o.finish_reason == "length" and o.token_mask and o.token_mask[-1] == 0 for o in short)
+
+
+def test_a_turn_ending_inside_a_verify_window_keeps_the_observations_kv(model, tmp_path):
+    """The policy drafting for itself (coupled): its drafts run on past a turn's stop token and are accepted up
+    to it; the K/V of the accepted drafts after the stop must not stand in for the observation's. Tokens and
+    logprobs equal plain decoding's (a wrong K/V moves logprobs long before it flips a token)."""
+    from tailrl.model.loading import save_hf
+
+    save_hf(model, tmp_path / "self")
+    ref, _ = _engine(model, ToolStub(latency_seed=0)).generate(_requests())
+    eng = build_engine(model, cfg=EngineConfig(kv_cache_tokens=4096, block_size=4, max_batch_size=16,
+                                               spec=SpecConfig(method=f"draft:{tmp_path / 'self'}", gate=False)),
+                       eos_ids=[2], turns=ToolStub(latency_seed=5))
+    outs, trace = eng.generate(_requests())
+    assert _key(outs) == _key(ref) and trace.spec["spec/acceptance_rate"] > 0.9
+    for o, r in zip(outs, ref):
+        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-5, nan_ok=True), (o.uid, o.sample_index)
