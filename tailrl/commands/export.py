@@ -22,16 +22,13 @@ def add(sub) -> None:
 
 def run_export(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
-    import json
     import shutil
     from pathlib import Path
 
     from tailrl.config import load_config
-    from tailrl.model import load
-    from tailrl.model.loading import resolve_dtype, save_hf
-    from tailrl.model.lora import attach
-    from tailrl.model.peft_format import check_base, load_adapter_state, read_adapter
+    from tailrl.model.loading import save_hf
     from tailrl.train.checkpoint import checkpoint_dir, latest_checkpoint
+    from tailrl.train.lora_checkpoint import is_lora_checkpoint, merged_policy
 
     run, out = Path(a.run_dir), Path(a.out)
     if not (run / "checkpoints").is_dir():
@@ -44,7 +41,7 @@ def run_export(a) -> int:
                         f"steps: {', '.join(map(str, steps)) or 'none'}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out} exists and is not an empty folder")
-    if not (ckpt / "adapter").is_dir():  # a full fine-tune: model/ is the merged HF folder already
+    if not is_lora_checkpoint(ckpt):  # a full fine-tune: model/ is the merged HF folder already
         shutil.copytree(ckpt / "model", out, dirs_exist_ok=True)
         print(f"{out}: the Hugging Face model of {ckpt.name} (a full fine-tune{'; --merge changes nothing' if a.merge else ''})")
         return 0
@@ -52,14 +49,8 @@ def run_export(a) -> int:
         shutil.copytree(ckpt / "adapter", out, dirs_exist_ok=True)
         print(f"{out}: the PEFT adapter of {ckpt.name} (peft.PeftModel.from_pretrained(base, '{out}'))")
         return 0
-    cfg = load_config(run / "config.yaml")
-    hf_config = json.loads((ckpt / "base_config.json").read_text())
-    spec, tensors = read_adapter(ckpt / "adapter")
-    model, tok = load(cfg.model.path, dtype="float32", device="cpu")  # as the trainer loads it, then cast
-    where = f"the adapter of {ckpt}"
-    check_base(spec, tensors, model, where)
-    attach(model, spec, resolve_dtype(hf_config.get("torch_dtype", "float32")))
-    load_adapter_state(model, tensors, where)  # merged as the trainer merges: the engine's weights, bit for bit
+    model, tok, hf_config = merged_policy(run, ckpt)
     save_hf(model, out, tokenizer=tok, hf_config=hf_config)
-    print(f"{out}: {cfg.model.path} with the adapter of {ckpt.name} merged ({hf_config.get('torch_dtype')})")
+    base = load_config(run / "config.yaml").model.path
+    print(f"{out}: {base} with the adapter of {ckpt.name} merged ({hf_config.get('torch_dtype')})")
     return 0

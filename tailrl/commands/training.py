@@ -125,21 +125,29 @@ def run_eval(a) -> int:
     from tailrl.train.checkpoint import latest_checkpoint
     from tailrl.train.distributed import init_distributed, rank_device
     from tailrl.train.evaluate import evaluate
+    from tailrl.train.lora_checkpoint import is_lora_checkpoint, merged_policy
 
     cfg = load_config(a.config, a.overrides)
     ref = a.model or cfg.model.path
+    lora_ckpt = None
     if ref and (Path(ref) / "checkpoints").is_dir():
         ckpt = latest_checkpoint(ref)
         if ckpt is None:
             raise UserError(f"run directory {ref} has no complete checkpoint")
-        ref = str(ckpt / "model")
+        run_dir, ref = ref, str(ckpt / "model")
+        if is_lora_checkpoint(ckpt):  # the base with the checkpoint's adapter merged: the weights its engine ran
+            lora_ckpt = (run_dir, ckpt)
     if not ref:
         raise UserError("no model: pass --model or set model.path")
     if a.samples < 1:
         raise UserError("--samples must be >= 1")
     device = resolve_device(cfg.model.device)
     ctx = init_distributed(device, cfg.train.dist_timeout_s)  # under torchrun: a shard of the prompts per rank
-    model, tok = load(ref, dtype=cfg.model.dtype, device=rank_device(device, ctx))
+    if lora_ckpt is not None:
+        model, tok, _ = merged_policy(*lora_ckpt)
+        model = model.to(rank_device(device, ctx))
+    else:
+        model, tok = load(ref, dtype=cfg.model.dtype, device=rank_device(device, ctx))
     ds = load_dataset(cfg.data, cfg.data.eval_source or cfg.data.source, held_out=bool(cfg.data.eval_source))
     examples = ds.examples[: a.prompts] if a.prompts else ds.examples
     r = cfg.rollout

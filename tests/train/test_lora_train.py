@@ -112,6 +112,12 @@ def test_export_adapter_and_merged_model(tiny_model_dir, arith_data, tmp_path, c
     ids = torch.randint(3, 90, (2, 9))
     with torch.no_grad():
         assert (hf(ids).logits - merged(ids)).abs().max() < 1e-4
+    # `tailrl eval --model RUN_DIR` evaluates the checkpoint's merged policy: what the exported folder gives
+    cfg, outs = str(tmp_path / "run" / "config.yaml"), []
+    for i, ref in enumerate((tmp_path / "run", tmp_path / "merged")):
+        outs.append(tmp_path / f"eval{i}.json")
+        assert main(["eval", cfg, "--model", str(ref), "--samples", "2", "--prompts", "3", "--out", str(outs[-1])]) == 0
+    assert json.loads(outs[0].read_text()) | {"eval/timing_s": 0} == json.loads(outs[1].read_text()) | {"eval/timing_s": 0}
     capsys.readouterr()
     assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "x"), "--step", "7"]) == 2
     assert "has no complete checkpoint of step 7; steps: 1" in capsys.readouterr().err
