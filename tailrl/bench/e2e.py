@@ -194,7 +194,8 @@ def run_e2e_bench(out_dir: str, steps: int, eval_every: int, systems: list[str],
                 s[f"wall_speedup_vs_{base}"] = table[base]["wall_s"] / s["wall_s"]
                 tb, tk = table[base]["time_to_target_s"], s["time_to_target_s"]
                 s[f"time_to_target_speedup_vs_{base}"] = tb / tk if tb and tk else None
-    result = {"task": task_name, "tool_latency_s": tool_latency_s, "trl_async_tool": trl_async_tool, "group": task.group, "prompts": task.prompts, "steps": steps, "prompt_budget": budget,
+    result = {"task": task_name, "tool_latency_s": tool_latency_s, "trl_async_tool": trl_async_tool,
+              "group": task.group, "prompts": task.prompts, "steps": steps, "prompt_budget": budget,
               "eval_every": eval_every, "target_accuracy": target,
               "runs": table, "curves": {k: {"rewards": r["rewards"], "step_s": r["step_s"], "evals": r["evals"]}
                                         for k, r in runs.items()}}

@@ -52,14 +52,18 @@ class DistillParams:
     seed: int = 0
 
     def key(self, policy: str, prompts: list[str]) -> str:
-        blob = json.dumps({"p": asdict(self), "policy": policy, "prompts": prompts, "v": 1}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return _digest(asdict(self), policy, prompts)
 
     def data_key(self, policy: str, prompts: list[str]) -> str:
         """What the rollouts and the teacher's top-k depend on (they are cached apart from the training)."""
-        d = {k: getattr(self, k) for k in ("temperature", "max_new_tokens", "top_k", "seed")}
-        blob = json.dumps({"p": d, "policy": policy, "prompts": prompts, "v": 1}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return _digest({k: getattr(self, k) for k in ("temperature", "max_new_tokens", "top_k", "seed")}, policy,
+                       prompts)
+
+
+def _digest(params: dict, policy: str, prompts: list[str]) -> str:
+    """12 hex digits naming a cache entry of these parameters, policy and prompts."""
+    blob = json.dumps({"p": params, "policy": policy, "prompts": prompts, "v": 1}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def rollouts(model, prompts: list[list[int]], temperature: float, max_new_tokens: int, seed: int) -> list[Rollout]:

@@ -126,7 +126,8 @@ class Trainer:
 
         self.eval_examples = []
         if cfg.train.eval_every and cfg.data.eval_source:
-            self.eval_examples = load_dataset(cfg.data, cfg.data.eval_source, held_out=True).examples[: cfg.train.eval_prompts]
+            held = load_dataset(cfg.data, cfg.data.eval_source, held_out=True)
+            self.eval_examples = held.examples[: cfg.train.eval_prompts]
         self._encode = encode
         self.worker = RolloutWorker(self.engine, self.tokenizer, self.sampler, self.reward, encode, self.params, ctx,
                                     guard=self.stop, episodes=self.episodes)

@@ -46,6 +46,14 @@ def test_kernel_floor_equals_torch_radix_select(V, B, dtype, need_k, need_p):
     assert (want > 0).any() and (want == 0).any()  # the case exercises cuts and uncut rows
 
 
+def test_kernel_masses_use_the_samplers_fixed_point():
+    """The kernel (which cannot import the engine) and blocked count top-p masses in the same 2**-FIX_BITS."""
+    from tailrl.engine.sampling import blocked
+    from tailrl.kernels import radix
+
+    assert radix.FIX_BITS == blocked.FIX_BITS
+
+
 def test_kernel_floor_is_row_local_and_reads_only():
     """A row's floor alone = in a batch (any order); the weights are not written."""
     p, top_k, top_p = _case(8, 700, 3)
