@@ -41,6 +41,7 @@ from tailrl.bench.engine import model_of
 from tailrl.bench.engine_tail import engine_config, make_prompts, sync
 from tailrl.bench.exactness_prompts import chat_requests, read_questions, word_problems
 from tailrl.bench.exactness_stats import compare_runs, summary, token_deltas
+from tailrl.bench.run_cache import RunCache
 from tailrl.config import EngineConfig, TrainConfig
 from tailrl.engine import Engine, Request, Rollout, SamplingParams
 from tailrl.errors import UserError
@@ -151,10 +152,12 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
                         exact: str = "fast", batches=(1, 16, 64, 256), spec_methods=("auto",), tp: bool = True,
                         engine_overrides: dict | None = None, seed: int = 0, progress=print, model: str | None = None,
                         prompts: str | None = None, temperature: float = 1.0, preempt: bool = False,
-                        draft_layers: int = 4) -> dict:
+                        draft_layers: int = 4, resume: bool = True) -> dict:
     """Token identity of the same requests across batch sizes, speculation, preemption, CUDA graphs and TP
     layouts for engine.exact=`exact`, and rollout vs trainer logprobs (module docstring). Returns the result
-    dict (also written to out_dir/result.json, with out_dir/summary.md)."""
+    dict (also written to out_dir/result.json, with out_dir/summary.md). Every finished run is kept under
+    out_dir/runs-<digest of the settings>/ (bench/run_cache.py); with `resume`, runs found there are loaded,
+    not run again (False: every run is run and the kept ones replaced)."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.startswith("cuda")
     dt = getattr(torch, dtype or ("bfloat16" if cuda else "float32"))
@@ -172,6 +175,11 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
         policy = model_of(shape, dt, device, PROMPT_LEN[1] + new_tokens + 64, seed)
         requests = make_requests(sequences, new_tokens, policy.args.vocab_size, seed)
         forced = new_tokens
+    cache = RunCache(out_dir, {"model": model, "shape": shape if isinstance(shape, str) else shape.name,
+                               "prompts": prompts, "sequences": sequences, "new_tokens": new_tokens, "seed": seed,
+                               "temperature": temperature, "exact": exact, "device": device, "dtype": str(dt),
+                               "overrides": overrides, "draft_layers": draft_layers, "group": GROUP,
+                               "threads": torch.get_num_threads(), "torch": torch.__version__})
     tmp = tempfile.TemporaryDirectory()
     draft = (layer_draft(policy, draft_layers, Path(tmp.name) / "draft")
              if {"draft", "bon", "decoupled"} & set(spec_methods) else None)
@@ -183,11 +191,20 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
     def build(b: int, settings: dict, on=policy) -> Engine:
         return build_engine(on, None, engine_config(overrides, {"max_batch_size": b, "exact": exact, **settings}))
 
-    def run(name: str, engine: Engine, close: bool = True) -> None:
-        outs[name], runs[name] = timed_generate(engine, requests, forced, device)
-        if close:
-            engine.close()
-        progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
+    def run(names: list[str], make) -> None:
+        """Rollouts of every name in turn on one engine from make() (a history-fed method: cold, then warm), or
+        all of them from the cache when every one is there."""
+        kept = [cache.get(n) if resume else None for n in names]
+        if all(kept):
+            for name, (outs[name], runs[name]) in zip(names, kept):
+                progress(f"{name}: kept from an earlier run ({cache.dir})")
+            return
+        engine = make()
+        for name in names:
+            outs[name], runs[name] = timed_generate(engine, requests, forced, device)
+            cache.put(name, outs[name], runs[name])
+            progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
+        engine.close()
 
     def compare(name: str, vs: str) -> None:
         (ka, ta, la), (kb, tb, lb) = _rows(outs[vs]), _rows(outs[name])
@@ -203,17 +220,15 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
 
     with torch.inference_mode():
         for b in sorted({1, *batches}):
-            run(name_of(b), build(b, plain))
+            run([name_of(b)], lambda b=b: build(b, plain))
             if b > 1:
                 compare(name_of(b), name_of(1))
     ref, twin = name_of(1), name_of(big)
     for method in spec_methods:
-        engine = build(big, _spec_settings(method, draft))
         label = "spec" if tuple(spec_methods) == ("auto",) else f"spec {method}"
         names = [f"{label} cold, B={big}", f"{label} warm, B={big}"] if SPEC_METHODS[method][1] else [f"{label}, B={big}"]
-        with torch.inference_mode():
-            for i, name in enumerate(names):
-                run(name, engine, close=i == len(names) - 1)  # warm: the history drafter holds the cold rollout
+        with torch.inference_mode():  # warm: the same engine, whose history drafter holds the cold rollout
+            run(names, lambda method=method: build(big, _spec_settings(method, draft)))
         for name in names:
             compare(name, ref)
             if twin != ref:
@@ -228,14 +243,14 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
         kv = max(new_tokens + 64, need // 4)
         name = f"preemption, B={big}"
         with torch.inference_mode():
-            run(name, build(big, {**plain, "kv_cache_tokens": kv}))
+            run([name], lambda: build(big, {**plain, "kv_cache_tokens": kv}))
         compare(name, ref)
         notes.append(f"Preemption: max_batch_size={big} with a KV pool of {kv} tokens (a quarter of the "
                      f"{need} the requests need): {runs[name]['preemptions']} preemptions.")
     if cuda and overrides.get("attention", "auto") != "torch":
         with torch.inference_mode():
             for name, graphs in ((f"cuda graphs, B={big}", True), (f"eager, B={big}", False)):
-                run(name, build(big, {**plain, "cuda_graphs": graphs}))
+                run([name], lambda graphs=graphs: build(big, {**plain, "cuda_graphs": graphs}))
                 compare(name, ref)
         compare(f"cuda graphs, B={big}", f"eager, B={big}")
     else:
@@ -250,12 +265,17 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
             cpu = build_model(policy.args, torch.float32, "cpu")
             load_weights(cpu, tensors)
             with torch.inference_mode():
-                run(tp1, build(big, plain, on=cpu.eval()))
+                run([tp1], lambda: build(big, plain, on=cpu.eval()))
         name = f"TP{TP_WORLD} (gloo, CPU fp32), B={big}"
         cfg = engine_config(overrides, {"max_batch_size": big, "exact": exact, **plain})
-        t0 = time.perf_counter()
-        outs[name] = spawn(_tp_rank, TP_WORLD, policy.args, tensors, requests, cfg)[0]
-        runs[name] = {"max_batch_size": big, "wall_s": time.perf_counter() - t0}
+        kept = cache.get(name) if resume else None
+        if kept:
+            outs[name], runs[name] = kept
+        else:
+            t0 = time.perf_counter()
+            outs[name] = spawn(_tp_rank, TP_WORLD, policy.args, tensors, requests, cfg)[0]
+            runs[name] = {"max_batch_size": big, "wall_s": time.perf_counter() - t0}
+            cache.put(name, outs[name], runs[name])
         progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
         compare(name, tp1)
         if tp1 != ref:
@@ -280,6 +300,11 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
             f"samples at temperature {temperature}, up to {new_tokens} tokens (EOS stops; "
             f"{runs[ref]['tokens']} tokens in the reference)" if model is not None else
             f"random N(0, 0.02) weights of the '{shape if isinstance(shape, str) else shape.name}' shape")
+    kept = {n: r["cached_from_commit"] for n, r in runs.items() if "cached_from_commit" in r}
+    if kept:
+        notes.append(f"Runs kept from an earlier invocation of the same command ({cache.dir}; the commit each ran "
+                     f"at): " + "; ".join(f"{n} ({c or 'unknown'})" for n, c in kept.items()) + f". This one: "
+                     f"{cache.commit or 'unknown'}.")
     notes.append(f"Model: {what} ({policy.args.num_layers} layers, hidden {policy.args.hidden_size}, vocab "
                  f"{policy.args.vocab_size}); engine.attention={cfg.attention}, engine.sampler={cfg.sampler}, engine "
                  f"overrides {overrides or 'none'}; {time.perf_counter() - t_start:.0f} s in all.")

@@ -178,7 +178,10 @@ def add(sub) -> None:
                    help="engine options for every run, e.g. --engine attention=torch")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    q.add_argument("--out-dir", default="runs/bench-exactness")
+    q.add_argument("--out-dir", default="runs/bench-exactness", help="summary.md and result.json; every "
+                   "finished run is kept under OUT_DIR/runs-<digest of the settings>/, so the same command started "
+                   "again continues where a stopped one ended")
+    q.add_argument("--fresh", action="store_true", help="run everything again (replace the kept runs)")
     q = bs.add_parser("gpu", help="every GPU figure in one command: the CUDA tests, engine, long tail, exactness, "
                       "e2e vs TRL, spec / PODS / SAGC, each under its own budget (docs/gpu.md)")
     q.set_defaults(run=gpu)
@@ -389,6 +392,7 @@ def exactness(a) -> int:
         raise UserError("--prompts needs --model (random-weight shapes decode random prompts)")
     run_exactness_bench(a.out_dir, a.sequences, a.new_tokens, a.shape, a.device, a.dtype, a.exact, a.batches,
                         () if a.no_spec else tuple(a.spec_methods), not a.no_tp, overrides, a.seed, model=a.model,
-                        prompts=a.prompts, temperature=a.temperature, preempt=a.preempt, draft_layers=a.draft_layers)
+                        prompts=a.prompts, temperature=a.temperature, preempt=a.preempt, draft_layers=a.draft_layers,
+                        resume=not a.fresh)
     print((Path(a.out_dir) / "summary.md").read_text())
     return 0

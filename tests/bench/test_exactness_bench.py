@@ -107,3 +107,37 @@ def test_tiny_run_over_two_tp_ranks(tmp_path):
     assert [c["vs"] for c in tp] == ["batch 4", "alone (B=1)"]
     assert all(c["sequences"] == 4 and c["identity_rate"] == c["identical"] / 4 for c in tp)
     assert all(c["first_divergence"]["count"] == 4 - c["identical"] for c in tp)
+
+
+def test_a_second_invocation_continues_from_the_kept_runs(tmp_path, monkeypatch):
+    """Every finished run is kept: the same command again loads them (no engine is built) and gives the same
+    comparisons; a run cut short (here: the speculative one raising) is the only one run again."""
+    import tailrl.bench.exactness as ex
+
+    kw = dict(sequences=4, new_tokens=8, shape=TINY, batches=(1, 2), spec_methods=("ngram",), tp=False,
+              progress=lambda *_: None)
+    real_build = ex.build_engine
+
+    def failing(model, draft, cfg):
+        if cfg.spec.method != "none":
+            raise KeyboardInterrupt  # the session ends during the speculative run
+        return real_build(model, draft, cfg)
+
+    monkeypatch.setattr(ex, "build_engine", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_exactness_bench(tmp_path, **kw)
+    built = []
+    monkeypatch.setattr(ex, "build_engine", lambda m, d, cfg: built.append(cfg.spec.method) or real_build(m, d, cfg))
+    first = run_exactness_bench(tmp_path, **kw)
+    assert built == ["ngram"]  # batch 1 and batch 2 were kept
+    assert {r: v.get("cached_from_commit", "-") != "-" for r, v in first["runs"].items()} == {
+        "alone (B=1)": True, "batch 2": True, "spec ngram, B=2": False}
+    built.clear()
+    again = run_exactness_bench(tmp_path, **kw)
+    assert built == [] and again["comparisons"] == first["comparisons"]
+    assert "kept from an earlier invocation" in (tmp_path / "summary.md").read_text()
+    built.clear()
+    run_exactness_bench(tmp_path, **kw, resume=False)
+    assert built == ["none", "none", "ngram"]
+    other = run_exactness_bench(tmp_path, **{**kw, "seed": 1})  # other settings: other runs
+    assert built == ["none", "none", "ngram"] * 2 and other["settings"]["seed"] == 1

@@ -1,0 +1,67 @@
+"""Finished runs of a long benchmark kept on disk, so that the same command started again continues where a
+stopped one ended (an hours-long `tailrl bench exactness` on a real model, cut by a session's end or a
+preemption, loses only the run it was in).
+
+A cache is one folder per settings digest: runs with different settings (model, sequences, seed, threads,
+torch version, ...) never mix. Each finished run is one JSON file (its rollouts and its info dict), written
+atomically, with the git commit it ran at, so a summary can say which code produced which run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+from tailrl.engine import Rollout
+
+
+def settings_digest(settings: dict) -> str:
+    """12 hex digits of the settings (JSON, sorted keys; non-JSON values by str)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository this package runs from (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+class RunCache:
+    """get / put finished runs under folder/<digest of settings>/. folder None: a cache that keeps nothing."""
+
+    def __init__(self, folder: str | Path | None, settings: dict):
+        self.dir = Path(folder) / f"runs-{settings_digest(settings)}" if folder is not None else None
+        self.commit = git_commit()
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str))
+
+    def _path(self, name: str) -> Path:
+        return self.dir / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".json")
+
+    def get(self, name: str) -> tuple[list[Rollout], dict] | None:
+        """(rollouts, info) of a finished run called `name`, or None."""
+        if self.dir is None or not self._path(name).exists():
+            return None
+        d = json.loads(self._path(name).read_text())
+        if d.get("name") != name:
+            return None
+        return [Rollout(**r) for r in d["rollouts"]], {**d["info"], "cached_from_commit": d.get("commit")}
+
+    def put(self, name: str, rollouts: list[Rollout], info: dict) -> None:
+        if self.dir is None:
+            return
+        path = self._path(name)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"name": name, "commit": self.commit, "info": info,
+                                   "rollouts": [asdict(r) for r in rollouts]}))
+        os.replace(tmp, path)
