@@ -42,6 +42,20 @@ def test_wrong_types():
         load_config(None, ["oops"])
 
 
+def test_a_yaml_boolean_word_is_text_for_a_string_key(tmp_path):
+    """`train.run_name=off` names the run "off" (YAML 1.1 reads off / on / yes / no as booleans); a boolean key
+    still gets the boolean; in a YAML file an unquoted off for a string key says to quote it."""
+    cfg = load_config(None, ["train.run_name=off", "rollout.ignore_eos=yes", "engine.spec.gate=off"])
+    assert cfg.train.run_name == "off" and cfg.rollout.ignore_eos is True and cfg.engine.spec.gate is False
+    assert load_config(None, ["train.run_name=On"]).train.run_name == "On"
+    f = tmp_path / "run.yaml"
+    f.write_text("train:\n  run_name: off\n")
+    with pytest.raises(UserError, match="train.run_name: expected a string, got False .*quote it"):
+        load_config(f)
+    f.write_text("train:\n  run_name: 'off'\n")
+    assert load_config(f).train.run_name == "off"
+
+
 def test_defaults_are_frozen():
     cfg = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -20,7 +20,7 @@ from tailrl.bench.common import warm_up
 from tailrl.bench.exactness_prompts import chat_ids, read_questions, word_problems
 from tailrl.config import DecoupledSpecConfig, EngineConfig, SpecConfig
 from tailrl.engine import Request, SamplingParams
-from tailrl.engine.telemetry import merge_spec
+from tailrl.engine.telemetry import merge_spec, phase_rates
 from tailrl.model import load
 from tailrl.model.loading import cache_dir
 from tailrl.speculative import build_engine
@@ -95,7 +95,7 @@ def compare(model, tok, batches: list[list[Request]], configs: dict[str, SpecCon
             res[n]["epochs_s"].append(time.perf_counter() - t)
             tokens[n] = {(o.uid, o.sample_index): o.token_ids for o in outs}
             if ep > 0:  # history exists from the second epoch on
-                _add_phases(res[n]["phase"], trace.phases(tail_batch))
+                _add_phases(res[n]["phase"], trace.phase_counts(tail_batch))
                 res[n]["spec"].append(trace.spec)
             log(f"  epoch {ep} {n}: {res[n]['epochs_s'][-1]:.1f}s")
         ref = tokens[names[0]]
@@ -107,14 +107,12 @@ def compare(model, tok, batches: list[list[Request]], configs: dict[str, SpecCon
     return {n: _summarise(r, res[names[0]]) for n, r in res.items()}
 
 
-def _add_phases(acc: dict, ph: dict) -> None:
-    for p, d in ph.items():
-        a = acc.setdefault(p, {"seconds": 0.0, "tokens": 0.0, "verifies": 0.0, "_ev": 0.0, "_acc": 0.0})
-        a["seconds"] += d["seconds"]
-        a["tokens"] += d["tokens"]
-        a["verifies"] += d["verifies"]
-        a["_ev"] += d["emitted_per_verify"] * d["verifies"]
-        a["_acc"] += d["acceptance"] * d["verifies"]
+def _add_phases(acc: dict, counts: dict) -> None:
+    """Sum a rollout's raw phase counts (RolloutTrace.phase_counts) into acc."""
+    for p, d in counts.items():
+        a = acc.setdefault(p, dict.fromkeys(d, 0.0))
+        for k, v in d.items():
+            a[k] += v
 
 
 def _summarise(r: dict, ref: dict) -> dict:
@@ -125,13 +123,9 @@ def _summarise(r: dict, ref: dict) -> dict:
     for p, a in r["phase"].items():
         if not a["seconds"]:
             continue
-        b = ref["phase"].get(p, {})
-        v = max(a["verifies"], 1.0)
-        tps = a["tokens"] / a["seconds"] if a["seconds"] else 0.0
+        ph, b = phase_rates(a), ref["phase"].get(p, {})
         ref_tps = b["tokens"] / b["seconds"] if b.get("seconds") else 0.0
-        out["phases"][p] = {"seconds": a["seconds"], "tokens": a["tokens"], "tokens_per_s": tps,
-                            "speedup": tps / ref_tps if ref_tps else 0.0, "verifies": a["verifies"],
-                            "emitted_per_verify": a["_ev"] / v, "acceptance": a["_acc"] / v}
+        out["phases"][p] = {**ph, "speedup": ph["tokens_per_s"] / ref_tps if ref_tps else 0.0}
     return out
 
 

@@ -24,9 +24,21 @@ def _valid_keys(cls) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
+class _BoolText(str):
+    """An override's YAML boolean (off / on / yes / no / true / false) that keeps its text: a string field
+    gets the text (`train.run_name=off` names the run "off"), any other field the boolean."""
+
+    def __new__(cls, text: str, parsed: bool):
+        self = super().__new__(cls, text)
+        self.parsed = parsed
+        return self
+
+
 def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
     """Check/convert one YAML value against a dataclass field type (moved: as _build)."""
     origin = typing.get_origin(tp)
+    if isinstance(value, _BoolText) and str not in (tp, *typing.get_args(tp)):
+        value = value.parsed
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping with keys {_valid_keys(tp)}, got {value!r}")
@@ -66,7 +78,8 @@ def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
         return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise UserError(f"{where}: expected a string, got {value!r}")
+            hint = " (YAML reads off / on / yes / no / true / false as booleans: quote it)" if isinstance(value, bool) else ""
+            raise UserError(f"{where}: expected a string, got {value!r}{hint}")
         return str(value)
     return value
 
@@ -115,6 +128,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, bool):
+        value = _BoolText(raw.strip(), value)
     return key.strip(), value
 
 

@@ -49,6 +49,15 @@ class RequestRecord:
     waits: tuple[tuple[float, float], ...] = ()  # multi-turn: (parked, resumed) seconds per observation
 
 
+def phase_rates(c: dict[str, float]) -> dict[str, float]:
+    """A phase's figures from its raw sums (RolloutTrace.phase_counts, or their sum over rollouts)."""
+    rows, emit, drafted = c["rows"], c["emit"], c["drafted"]
+    return {"seconds": c["seconds"], "tokens": c["tokens"], "verifies": c["verifies"],
+            "tokens_per_s": c["tokens"] / c["seconds"] if c["seconds"] > 0 else 0.0,
+            "emitted_per_verify": emit / rows if rows else 0.0,
+            "acceptance": (emit - rows) / drafted if drafted > 0 else 0.0}
+
+
 @dataclass
 class RolloutTrace:
     steps: list[StepRecord] = field(default_factory=list)
@@ -138,7 +147,12 @@ class RolloutTrace:
         phase: wall seconds (a step owns the time since the previous step ended), tokens emitted, tokens/s,
         verify steps, tokens emitted per sequence per verify (accepted + 1) and the share of drafted tokens
         accepted (verify rows beyond each sequence's pending token; Best-of-N branches count as drafted)."""
-        out = {p: {"seconds": 0.0, "tokens": 0.0, "verifies": 0.0, "_rows": 0.0, "_emit": 0.0, "_draft": 0.0}
+        return {p: phase_rates(d) for p, d in self.phase_counts(tail_batch).items()}
+
+    def phase_counts(self, tail_batch: int = 4) -> dict[str, dict[str, float]]:
+        """The raw sums behind phases() (seconds, tokens, verifies, verified rows, tokens emitted by verify
+        steps, drafted tokens): add them over rollouts, then phase_rates()."""
+        out = {p: dict.fromkeys(("seconds", "tokens", "verifies", "rows", "emit", "drafted"), 0.0)
                for p in ("large", "tail")}
         prev = None
         for s in self.steps:
@@ -148,15 +162,10 @@ class RolloutTrace:
                 ph["tokens"] += s.emitted
                 if s.kind == "verify":
                     ph["verifies"] += 1
-                    ph["_rows"] += s.batch
-                    ph["_emit"] += s.emitted
-                    ph["_draft"] += s.tokens - s.batch
+                    ph["rows"] += s.batch
+                    ph["emit"] += s.emitted
+                    ph["drafted"] += s.tokens - s.batch
             prev = s.t1
-        for ph in out.values():
-            rows, emit, drafted = ph.pop("_rows"), ph.pop("_emit"), ph.pop("_draft")
-            ph["tokens_per_s"] = ph["tokens"] / ph["seconds"] if ph["seconds"] > 0 else 0.0
-            ph["emitted_per_verify"] = emit / rows if rows else 0.0
-            ph["acceptance"] = (emit - rows) / drafted if drafted > 0 else 0.0
         return out
 
     def summary(self) -> dict[str, float]:

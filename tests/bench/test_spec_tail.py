@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tailrl.bench.spec_tail import compare
+from tailrl.bench.spec_tail import _add_phases, compare
 from tailrl.config import SpecConfig
 from tailrl.engine import Request, SamplingParams
-from tailrl.engine.telemetry import RolloutTrace, StepRecord
+from tailrl.engine.telemetry import RolloutTrace, StepRecord, phase_rates
 from tailrl.model import load
 
 
@@ -26,6 +26,19 @@ def test_phases_split_decode_steps_by_batch_and_count_acceptance():
     assert ph["tail"]["seconds"] == pytest.approx(1.5) and ph["tail"]["tokens"] == 9
     assert ph["tail"]["tokens_per_s"] == pytest.approx(6.0) and ph["tail"]["verifies"] == 1
     assert ph["tail"]["acceptance"] == pytest.approx(0.75) and ph["tail"]["emitted_per_verify"] == pytest.approx(4.0)
+
+
+def test_phases_of_several_rollouts_pool_their_counts():
+    """Over rollouts the acceptance is drafted-weighted (pooled counts), not a mean of per-rollout rates
+    weighted by verify steps: 6 of 8 drafted in one verify, 0 of 40 in another -> 6 / 48, not 0.375."""
+    a = RolloutTrace(steps=[StepRecord("verify", 0.0, 1.0, 2, 2 + 8, 2 + 6)])
+    b = RolloutTrace(steps=[StepRecord("verify", 0.0, 1.0, 2, 2 + 40, 2)])
+    acc: dict = {}
+    for t in (a, b):
+        _add_phases(acc, t.phase_counts(tail_batch=4))
+    tail = phase_rates(acc["tail"])
+    assert tail["acceptance"] == pytest.approx(6 / 48) and tail["emitted_per_verify"] == pytest.approx(10 / 4)
+    assert tail["verifies"] == 2 and tail["tokens_per_s"] == pytest.approx(10 / 2)
 
 
 def test_compare_runs_every_configuration_identically_over_epochs(tiny_model_dir):
