@@ -29,12 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = [x for x in argv if x != "--debug"]
     a = parser.parse_args(argv)
     if a.version:
-
         print(__version__)
         return 0
     if a.command is None:
         parser.print_help()
         return 2
+    if hasattr(sys.stdout, "reconfigure") and not sys.stdout.isatty():
+        sys.stdout.reconfigure(line_buffering=True)  # progress lines reach a log file (nohup, a job's output) as they come
     try:
         return a.run(a)
     except UserError as e:

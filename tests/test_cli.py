@@ -141,3 +141,14 @@ def test_profile_draft_and_bench_spec_tail_bad_arguments_are_one_line(capsys, ti
     assert "--samples" in capsys.readouterr().err
     assert main(["profile", "draft", "--model", str(tiny_model_dir), "--prompts", str(prompts), "--layers", "7"]) == 2
     assert "the model has layers 0..1" in capsys.readouterr().err
+
+
+def test_output_to_a_file_is_line_buffered(monkeypatch):
+    """Progress lines reach a log file as they come (`nohup tailrl bench ... > log`), not at exit."""
+    import io
+
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert not out.line_buffering
+    assert main(["config", "show"]) == 0
+    assert out.line_buffering
