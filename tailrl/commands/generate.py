@@ -37,7 +37,7 @@ def add(sub) -> None:
     p.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
                    help="engine option, e.g. --engine max_batch_size=64 --engine spec.k_max=4")
     p.add_argument("--spec", default=None, metavar="none|ngram|history|draft:PATH|auto",
-                   help="speculative decoding (exact: the tokens do not change)")
+                   help="speculative decoding (exact: a kept token is the keyed sample of the policy's logits)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (ranks spawned on this machine: tp x dp)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     p.add_argument("--switch", default="off", metavar="off|auto|tpN@STEP[:migrate|recompute]",

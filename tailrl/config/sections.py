@@ -97,7 +97,8 @@ class DecoupledSpecConfig(Section):
 
 @dataclass(frozen=True)
 class SpecConfig(Section):
-    """Speculative rollout (tailrl/speculative). Verification is exact: tokens never change."""
+    """Speculative rollout (tailrl/speculative). Verification is exact: a kept token is the keyed sample of the
+    target's logits (identical tokens given the same logits; engine.exact=strict makes the logits bitwise equal)."""
 
     key = "engine.spec"
 

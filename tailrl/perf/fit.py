@@ -6,10 +6,24 @@ from __future__ import annotations
 
 def fit_affine(points: list[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares (c0, c1) of t = c0 + c1 * n over (n, t) points; c0, c1 clamped >= 0 (c1 > 0)."""
-    n = len(points)
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    c1 = sum((p[0] - mx) * (p[1] - my) for p in points) / sxx if sxx > 0 else 0.0
+    sums = [0.0] * 5
+    for n, t in points:
+        add_point(sums, n, t)
+    return affine_from_sums(sums)
+
+
+def add_point(sums: list[float], n: float, t: float, weight: float = 1.0) -> None:
+    """Add (n, t) with a weight to the running sums [w, w n, w t, w n^2, w n t] (negative: remove it)."""
+    for i, v in enumerate((1.0, n, t, n * n, n * t)):
+        sums[i] += weight * v
+
+
+def affine_from_sums(sums: list[float]) -> tuple[float, float]:
+    """(c0, c1) of the weighted least-squares line from sums [w, w n, w t, w n^2, w n t]; c0, c1 clamped >= 0
+    (c1 > 0). All weight on one size: c1 = 1e-9 and c0 the mean time."""
+    w, sn, st, snn, snt = sums
+    mx, my = sn / w, st / w
+    sxx = snn / w - mx * mx
+    c1 = (snt / w - mx * my) / sxx if sxx > 1e-12 * max(mx * mx, 1.0) else 0.0
     c1 = max(c1, 1e-9)
     return max(my - c1 * mx, 0.0), c1

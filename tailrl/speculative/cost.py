@@ -1,8 +1,15 @@
-"""Affine cost models fitted online. The target's forward: t(N) = c0 + c1 * N seconds for a forward
-over N tokens, fitted by least squares to a short calibration and then to every decode / verify
-forward the engine runs (a sliding window), so it follows the machine and the current context
-lengths. The same class models whole-step wall time against the batch size (plain decode steps, and
-the speculative path's own overhead: planning, drafting bookkeeping, trees, acceptance)."""
+"""Cost models fitted online. The target's forward: t(N) = c0 + c1 * N seconds for a forward over N tokens,
+fitted by least squares to a short calibration and then to every verify forward the engine runs (a sliding
+window), so it follows the machine and the current context lengths. The same class models whole-step wall
+time against the batch size (plain decode steps, and the speculative path's own overhead: planning,
+drafting bookkeeping, trees, acceptance).
+
+A forward's time is far from affine over the sizes a rollout sees: on a 2-core CPU SmolLM2's forwards of
+1 / 4 / 64 tokens take ~58 / ~79 / ~300 ms, and one line through all of them predicts ~118 ms for the
+1-token one, so the planner declined speculation in the tail, where it pays. `coefficients(near=n)` is
+therefore the line fitted *near* n: the points weighted by exp(-d^2 / 2) with d their distance from n in
+octaves — the tangent of the measured curve where it will be used (far points still weigh a little, so a
+size never measured gets the global slope through the local level)."""
 
 from __future__ import annotations
 
@@ -12,43 +19,73 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from tailrl.engine.probe import time_forward
-from tailrl.perf.fit import fit_affine
+from tailrl.perf.fit import add_point, affine_from_sums
 
 
 class ForwardCost:
+    """Online t = c0 + c1 * n over (n, seconds) points: the calibration (kept) and the last `window`
+    observations. Sums per half-octave bin of n, so an observation and a fit are O(bins)."""
+
     def __init__(self, window: int = 256, default: tuple[float, float] = (1e-3, 1e-5)):
         self.default = default
         self.calibration: list[tuple[float, float]] = []
-        self.observed: deque[tuple[float, float]] = deque(maxlen=window)
-        self._fit: tuple[float, float] | None = None
+        self.observed: deque[tuple[float, float]] = deque()
+        self.window = window
+        self._bins: dict[int, list[float]] = {}  # half-octave bin of n -> sums [w, w n, w t, w n^2, w n t]
+        self._fits: dict[int | None, tuple[float, float]] = {}
+
+    @staticmethod
+    def _bin(n: float) -> int:
+        return round(2 * math.log2(max(n, 1.0)))
+
+    def _add(self, n: float, t: float, sign: float) -> None:
+        b = self._bin(n)
+        sums = self._bins.setdefault(b, [0.0] * 5)
+        add_point(sums, n, t, sign)
+        if sums[0] < 0.5:  # empty (the count is exact; the other sums may keep rounding dust)
+            del self._bins[b]
+        self._fits.clear()
 
     def calibrate(self, engine, reps: int = 3, sizes: tuple[int, ...] = (1, 4, 16, 64)) -> None:
         """Time forwards of one scratch row with n new tokens over a short context (real kernels, no requests)."""
         cache = engine.cache
         sizes = tuple(n for n in sizes if cache.blocks_for(16 + n) <= cache.num_free) or (1,)
         for n in sizes:
-            self.calibration += [(float(n), t) for t in time_forward(engine, 1, n, ctx=16, reps=reps)]
-        self._fit = None
+            for t in time_forward(engine, 1, n, ctx=16, reps=reps):
+                self.calibration.append((float(n), t))
+                self._add(float(n), t, 1.0)
 
     def observe(self, n_tokens: int, seconds: float) -> None:
         self.observed.append((float(n_tokens), seconds))
-        self._fit = None
+        self._add(float(n_tokens), seconds, 1.0)
+        if len(self.observed) > self.window:
+            self._add(*self.observed.popleft(), -1.0)
 
     def fitted(self) -> bool:
         """Any measurement yet (otherwise coefficients() is the default)."""
-        return bool(self.calibration or self.observed)
+        return bool(self._bins)
 
-    def coefficients(self) -> tuple[float, float]:
-        """(c0, c1): least squares over >= 2 distinct sizes; with one size only, proportional (0, t / n)."""
-        if self._fit is None:
-            pts = self.calibration + list(self.observed)
-            if len({p[0] for p in pts}) >= 2:
-                self._fit = fit_affine(pts)
-            elif pts:
-                self._fit = (0.0, sum(p[1] for p in pts) / max(sum(p[0] for p in pts), 1e-12))
+    def coefficients(self, near: float | None = None) -> tuple[float, float]:
+        """(c0, c1): least squares over every point (near None), or weighted toward sizes near `near` (module
+        docstring; resolved to half an octave); with one size only, proportional (0, t / n); the default
+        before any point."""
+        key = None if near is None else self._bin(near)
+        fit = self._fits.get(key)
+        if fit is None:
+            only = next(iter(self._bins.values())) if len(self._bins) == 1 else None
+            if not self._bins:
+                fit = self.default
+            elif only is not None and only[3] * only[0] - only[1] ** 2 <= 1e-12 * only[1] ** 2:
+                fit = (0.0, only[2] / max(only[1], 1e-12))  # one size: proportional
             else:
-                self._fit = self.default
-        return self._fit
+                sums = [0.0] * 5
+                for b, s in self._bins.items():
+                    w = 1.0 if key is None else math.exp(-0.125 * (b - key) ** 2)  # (b - key) / 2 octaves
+                    for i in range(5):
+                        sums[i] += w * s[i]
+                fit = affine_from_sums(sums)
+            self._fits[key] = fit
+        return fit
 
 
 @dataclass

@@ -26,7 +26,7 @@ def _run(model, spec: SpecConfig | None = None, temperature=1.0, n=4, max_new=40
     cfg = EngineConfig(**({"kv_cache_tokens": 4096, "block_size": 4, "spec": spec or SpecConfig()} | kw))
     engine = build_engine(model, None, cfg, eos_ids=[2])
     if cfg.spec.method != "none":  # a fixed cost model (fixed cost >> per token): plans do not depend on timing
-        engine.strategy.cost.coefficients = lambda: (1.0, 0.001)
+        engine.strategy.cost.coefficients = lambda near=None: (1.0, 0.001)
         engine.strategy.measured_slower = lambda batch: False
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new, seed=5)
     outs, trace = engine.generate([Request(p, uid=10 + i, n=n, params=params) for i, p in enumerate(PROMPTS)])
@@ -203,7 +203,7 @@ def test_first_speculative_step_waits_for_a_small_batch(model):
     cfg = EngineConfig(kv_cache_tokens=8192, block_size=4, spec=SpecConfig(method="ngram"))
     engine = build_engine(model, None, cfg, eos_ids=[2])
     sp = engine.strategy
-    sp.cost.coefficients = sp.plain_step.coefficients = lambda: (1.0, 0.001)  # fixed models: drafting pays
+    sp.cost.coefficients = sp.plain_step.coefficients = lambda near=None: (1.0, 0.001)  # fixed models: drafting pays
     sp.measured_slower = lambda batch: False
     params = SamplingParams(temperature=0.0, max_new_tokens=12, seed=5, ignore_eos=True)
 

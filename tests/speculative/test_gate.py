@@ -170,7 +170,7 @@ def _fake_engine(method: str, fixed: float, per_token: float, believed: tuple[fl
     runner.forward, runner.decode = timed_forward, timed_decode
     sp = engine.strategy
     if method != "none":
-        sp.cost.coefficients = sp.plain_step.coefficients = lambda: believed or (fixed, per_token)
+        sp.cost.coefficients = sp.plain_step.coefficients = lambda near=None: believed or (fixed, per_token)
     return engine
 
 

@@ -62,6 +62,7 @@ class Speculator:
         self._plans, self._table = 0, None
         self.gate = ThroughputGate()
         self.predicted = 1.0  # the O(1) predicted gain of the step being planned (gate on)
+        self._k_guess = max(1.0, cfg.k_max / 2)  # drafted tokens per sequence of the last speculative plan
 
     def decode(self, ready) -> None:
         """One decode step of the running sequences: draft, verify exactly, or plain (coupled/verify.py)."""
@@ -93,12 +94,14 @@ class Speculator:
         """Candidate (drafter, draft) pairs per sequence (first = the primary's); room[i] caps sequence i's
         draft length. None: a plain decode step is expected to be faster (the caller runs one)."""
         self.last_draft_s = 0.0
-        c0, c1 = self.cost.coefficients()
+        base = sum(s.pending for s in seqs)
+        # the forward-cost line near the size this step's verify forward would have (cost.py: not one line)
+        c0, c1 = self.cost.coefficients(near=base + len(seqs) * self._k_guess)
         gate = self.cfg.gate
         if gate and not self.spec_overhead.fitted() and len(seqs) > self.explore_batch:
             return None  # the speculative path's own cost is unmeasured: find it where a wrong guess is cheap
         if gate:  # O(1) gates: predicted not to pay, or measured slower at this batch size
-            self.predicted = self._predicted_gain(len(seqs), sum(s.pending for s in seqs), c0, c1)
+            self.predicted = self._predicted_gain(len(seqs), base, c0, c1)
             if self.predicted <= 1.0 or self.measured_slower(len(seqs)):
                 return None
         self._plans += 1
@@ -108,7 +111,6 @@ class Speculator:
         prim = [self.primary(s.seq_id, table) for s in seqs]
         alphas = [self.alpha(s.seq_id, n) for s, n in zip(seqs, prim)]
         caps = [max(0, min(self.cfg.k_max, r)) for r in room]
-        base = sum(s.pending for s in seqs)
         dcost = [self.draft_s[n] for n in prim]
         if gate:
             ks = plan_windows(alphas, caps, c0, c1, dcost, base)
@@ -116,6 +118,7 @@ class Speculator:
                 return None
         else:  # always speculate, k_max per request (a benchmark baseline: naive coupled speculation)
             ks = caps
+        self._k_guess = max(1.0, sum(ks) / len(ks))
         cands: list[list[tuple[str, list[int]]]] = [[] for _ in seqs]
         by_name: dict[str, list[int]] = defaultdict(list)
         for i, (n, k) in enumerate(zip(prim, ks)):
@@ -161,9 +164,9 @@ class Speculator:
         if not any(ks):
             return 0.0
         S = sum(expected_tokens(a, k) for a, k in zip(alphas, ks))
-        o0, o1 = self.spec_overhead.coefficients()
+        o0, o1 = self.spec_overhead.coefficients(near=B)
         t_spec = c0 + c1 * (base + sum(ks)) + sum(d * k for d, k in zip(dcost, ks)) + o0 + o1 * B
-        p0, p1 = self.plain_step.coefficients()
+        p0, p1 = self.plain_step.coefficients(near=B)
         t_plain = p0 + p1 * B if self.plain_step.fitted() else c0 + c1 * base
         return S * t_plain / max(B * t_spec, 1e-12)
 
