@@ -78,12 +78,27 @@ def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group:
     return [Request(list(p), uid=i, n=min(group, sequences - i * group), params=params) for i, p in enumerate(prompts)]
 
 
-def timed_generate(engine: Engine, requests: list[Request], new_tokens: int | None, device: str) -> tuple[list, dict]:
+def timed_generate(engine: Engine, requests: list[Request], new_tokens: int | None, device: str,
+                   report=None, every_s: float = 60.0) -> tuple[list, dict]:
     """One rollout of `requests`: (rollouts sorted by (uid, sample index), cost and speculation counts).
-    new_tokens: the forced length every rollout must have (None: real lengths, EOS stops)."""
+    new_tokens: the forced length every rollout must have (None: real lengths, EOS stops). report: called
+    with a line (sequences done, tokens, elapsed, a linear estimate of the rest) at most every `every_s`."""
+    total = sum(r.n for r in requests)
+    done, last = [0, 0], [time.perf_counter()]
+
+    def finished(r: Rollout) -> None:
+        done[0] += 1
+        done[1] += r.num_tokens
+        now = time.perf_counter()
+        if report is not None and now - last[0] >= every_s and done[0] < total:
+            last[0] = now
+            el = now - t0
+            report(f"  {done[0]}/{total} sequences, {done[1]} tokens, {el / 60:.1f} min, "
+                   f"~{el * (total - done[0]) / done[0] / 60:.0f} min left")
+
     sync(device)
     t0 = time.perf_counter()
-    rollouts, trace = engine.generate(requests)
+    rollouts, trace = engine.generate(requests, on_finish=finished)
     sync(device)
     wall = time.perf_counter() - t0
     bad = [(r.uid, r.sample_index, r.num_tokens, r.finish_reason, r.error) for r in rollouts
@@ -201,7 +216,8 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
             return
         engine = make()
         for name in names:
-            outs[name], runs[name] = timed_generate(engine, requests, forced, device)
+            outs[name], runs[name] = timed_generate(engine, requests, forced, device,
+                                                    report=lambda line, name=name: progress(f"{name}:{line}"))
             cache.put(name, outs[name], runs[name])
             progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
         engine.close()

@@ -141,3 +141,22 @@ def test_a_second_invocation_continues_from_the_kept_runs(tmp_path, monkeypatch)
     assert built == ["none", "none", "ngram"]
     other = run_exactness_bench(tmp_path, **{**kw, "seed": 1})  # other settings: other runs
     assert built == ["none", "none", "ngram"] * 2 and other["settings"]["seed"] == 1
+
+
+def test_a_long_run_reports_its_progress():
+    """A line per finished sequence here (every_s=0; 60 s in the bench): done / total, tokens, time left."""
+    import torch
+
+    from tailrl.bench.engine import model_of
+    from tailrl.bench.exactness import timed_generate
+    from tailrl.speculative import build_engine
+
+    model = model_of(TINY, torch.float32, "cpu", 64, 0)
+    requests = make_requests(6, 5, model.args.vocab_size, seed=0, group=3)
+    engine = build_engine(model, None, engine_config({}, {"max_batch_size": 1}))
+    lines: list[str] = []
+    outs, info = timed_generate(engine, requests, 5, "cpu", report=lines.append, every_s=0.0)
+    engine.close()
+    assert len(outs) == 6 and info["tokens"] == 30
+    assert len(lines) == 5 and lines[0].startswith("  1/6 sequences, 5 tokens, ") and "min left" in lines[-1]
+    assert lines[-1].startswith("  5/6 sequences, 25 tokens")
