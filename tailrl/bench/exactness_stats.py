@@ -30,6 +30,16 @@ def histogram(values: Sequence[int], length: int, bins: int = HIST_BINS) -> dict
     return {"edges": [i * width for i in range(bins)] + [length], "counts": counts}
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate k / n (95% at z = 1.96): what n sequences say about the identity
+    rate itself (n = 0: the whole [0, 1])."""
+    if n == 0:
+        return 0.0, 1.0
+    p, d = k / n, 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
 def compare_runs(ref_tokens: Sequence[Sequence[int]], ref_logprobs: Sequence[Sequence[float]],
                  tokens: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]], length: int,
                  keys: Sequence | None = None) -> dict:
@@ -37,7 +47,7 @@ def compare_runs(ref_tokens: Sequence[Sequence[int]], ref_logprobs: Sequence[Seq
     (S rows of token ids / per-token logprobs; `length`: the completion budget, for the histogram; keys: S
     names of the rows, e.g. (uid, sample index), default the row index).
 
-    identity_rate: share of rows whose token ids are identical; first_divergence: over the diverging rows,
+    identity_rate: share of rows whose token ids are identical (identity_ci95: its Wilson interval); first_divergence: over the diverging rows,
     count / min / median / max of the first differing position, its histogram and `at`: [key, position] per
     diverging row (where to look); max_abs_dlogprob: the
     largest |logprob - reference logprob| over the identical rows' tokens (0.0 when none);
@@ -63,7 +73,8 @@ def compare_runs(ref_tokens: Sequence[Sequence[int]], ref_logprobs: Sequence[Seq
     if firsts:
         div |= {"min": min(firsts), "median": statistics.median(firsts), "max": max(firsts),
                 "histogram": histogram(firsts, length), "at": at}
-    return {"sequences": n, "identical": same, "identity_rate": same / n if n else 1.0, "first_divergence": div,
+    return {"sequences": n, "identical": same, "identity_rate": same / n if n else 1.0,
+            "identity_ci95": list(wilson(same, n)), "first_divergence": div,
             "max_abs_dlogprob": dmax, "logprobs_bitwise": bitwise / same if same else None,
             "logprob_tokens_equal": equal / tokens_same if tokens_same else None}
 
@@ -107,7 +118,9 @@ def summary(res: dict) -> str:
             lines.append(f"| {c['run']} | {c['vs']} | not measured: {c['not_measured']} | | | |")
             continue
         bit = f"{_num(c['logprobs_bitwise'], '.1%')} / {_num(c['logprob_tokens_equal'], '.1%')}"
-        lines.append(f"| {c['run']} | {c['vs']} | {c['identity_rate']:.2%} ({c['identical']}/{c['sequences']}) | "
+        lo, hi = c.get("identity_ci95") or wilson(c["identical"], c["sequences"])
+        lines.append(f"| {c['run']} | {c['vs']} | {c['identity_rate']:.2%} ({c['identical']}/{c['sequences']}; "
+                     f"95% CI {lo:.1%}–{hi:.1%}) | "
                      f"{_divergence_cell(c)} | {c['max_abs_dlogprob']:.3g} | {bit} |")
     lines += ["", "Rollout logprobs vs the trainer's forward of the same tokens (make_train_batch padding, "
               "batch_logprobs micro-batches, temperature 1):", "",

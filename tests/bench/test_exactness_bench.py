@@ -7,7 +7,14 @@ from dataclasses import replace
 import pytest
 
 from tailrl.bench.exactness import engine_config, make_requests, run_exactness_bench
-from tailrl.bench.exactness_stats import compare_runs, first_divergence, histogram, summary, token_deltas
+from tailrl.bench.exactness_stats import (
+    compare_runs,
+    first_divergence,
+    histogram,
+    summary,
+    token_deltas,
+    wilson,
+)
 from tailrl.model import ModelArgs
 from tailrl.perf.hardware import ModelShape
 from tests.helpers import tiny_hf_config
@@ -22,6 +29,14 @@ def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
     assert first_divergence([1, 2, 3], [1, 2]) == 2  # stopped early: differs where the shorter ends
     assert first_divergence([1], [1, 5]) == 1
+
+
+def test_wilson_interval_by_hand():
+    # 250 / 256 at 95%: p = 0.9766, centre (p + z^2 / 2n) / (1 + z^2 / n), half-width by the Wilson formula
+    lo, hi = wilson(250, 256)
+    assert (round(lo, 4), round(hi, 4)) == (0.9498, 0.9892)
+    assert wilson(32, 32)[1] == 1.0 and round(wilson(32, 32)[0], 4) == 0.8928  # 32/32 is not yet >= 99%
+    assert wilson(0, 0) == (0.0, 1.0) and wilson(0, 10)[0] == 0.0
 
 
 def test_histogram_bins_positions():
@@ -96,7 +111,7 @@ def test_summary_shows_divergences():
                             group=8, new_tokens=4, sampler="blocked", seed=0), "torch": "x",
            "comparisons": [{"run": "batch 16", "vs": "alone (B=1)", **c}], "trainer": [], "runs": {}, "notes": []}
     md = summary(res)
-    assert "| batch 16 | alone (B=1) | 0.00% (0/1) | 1 at 2 / 2 / 2 (2–2: 1) | 0 | — / — |" in md
+    assert "| batch 16 | alone (B=1) | 0.00% (0/1; 95% CI 0.0%–79.3%) | 1 at 2 / 2 / 2 (2–2: 1) | 0 | — / — |" in md
 
 
 @pytest.mark.slow
