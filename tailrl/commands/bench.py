@@ -150,7 +150,7 @@ def add(sub) -> None:
     q = bs.add_parser("exactness", help="token identity of the same requests alone vs batched, with speculation, "
                       "CUDA graphs and TP2, and rollout vs trainer logprobs, for one engine.exact mode")
     q.set_defaults(run=exactness)
-    q.add_argument("--exact", default="fast", choices=["fast", "strict"], help="engine.exact of every run")
+    q.add_argument("--exact", default="fast", choices=["fast", "strict", "canonical"], help="engine.exact of every run")
     q.add_argument("--sequences", type=int, default=1000, help="sequences (prompts x 8 samples)")
     q.add_argument("--new-tokens", type=int, default=256, help="tokens generated per sequence (forced with "
                    "--shape; the most with --model, where EOS stops)")

@@ -140,7 +140,10 @@ class EngineConfig(Section):
     exact: str = opt("fast", "fast (stock kernels: tokens may depend on batch composition where float reductions "
                      "do) | strict (batch-invariant kernels on every reduction of the token path, in the engine "
                      "and the trainer's logprob forward: rollout logprobs equal the trainer's bitwise; on a CPU "
-                     "they run under the Triton interpreter)", choices=("fast", "strict"))
+                     "they run under the Triton interpreter) | canonical (CPU only: stock kernels called so that "
+                     "no row depends on the batch — rollouts bitwise identical alone, batched, speculative or "
+                     "preempted, at a per-query attention loop's cost; the trainer's forward as in fast)",
+                     choices=("fast", "strict", "canonical"))
     attention: str = opt("auto", "auto (triton on CUDA when Triton is installed, else torch) | torch (dense gather "
                          "+ SDPA, the oracle) | triton (paged kernels, fused norm / rotary / SiLU*mul)",
                          choices=("auto", "torch", "triton"))

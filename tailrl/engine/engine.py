@@ -63,7 +63,7 @@ class Engine:
         self.sampler = SAMPLERS.get(config.sampler)  # resolved once
         self.runner = ModelRunner(model, self.cache, ex.attention,
                                   DecodeSetup(self.sampler, ex.strict, ex.static, ex.graphs, config.max_batch_size,
-                                              self.max_model_len))
+                                              self.max_model_len, ex.canonical))
         self.scheduler = Scheduler(self.cache, config.max_batch_size, config.max_prefill_tokens)
         self.eos_ids = frozenset(eos_ids) or frozenset(model.args.eos_token_ids)
         self.detokenize = detokenize

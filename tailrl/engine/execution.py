@@ -24,6 +24,7 @@ from tailrl.errors import UserError
 @dataclass(frozen=True)
 class Execution:
     strict: bool  # engine.exact=strict: batch-invariant kernels on the whole token path (model/strict.py)
+    canonical: bool  # engine.exact=canonical: stock CPU kernels called batch-free (model/canonical.py)
     attention: str  # torch | triton
     static: bool  # decode steps on static buffers (engine/static_step.py)
     graphs: bool  # ... captured as CUDA graphs
@@ -37,7 +38,15 @@ def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1,
     made (config/fields.py choices); here only combinations that cannot run on this device fail."""
     cuda = device.type == "cuda"
     strict = cfg.exact == "strict"
+    canonical = cfg.exact == "canonical"
     attention = cfg.attention
+    if canonical:  # the torch path's gathered context, attended one query at a time
+        if cuda:
+            raise UserError("engine.exact=canonical is the CPU's batch-free mode; on CUDA use engine.exact=strict "
+                            "(batch-invariant kernels)")
+        if attention == "triton":
+            raise UserError("engine.exact=canonical needs engine.attention=torch (or auto)")
+        attention = "torch"
     if strict:  # every reduction through the invariant kernels, the paged attention kernel included
         if attention == "torch":
             raise UserError("engine.exact=strict needs engine.attention=triton (or auto): the batch-invariant "
@@ -67,7 +76,7 @@ def resolve_execution(cfg: EngineConfig, device: torch.device, tp_size: int = 1,
         raise UserError("engine.cuda_graphs=true captures static decode steps: leave engine.static_decode unset")
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise UserError(f"engine.gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}")
-    return Execution(strict, attention, bool(static), bool(graphs), grow_pool=not cuda)
+    return Execution(strict, canonical, attention, bool(static), bool(graphs), grow_pool=not cuda)
 
 
 def kv_pool_tokens(cfg: EngineConfig, model, device: torch.device, max_model_len: int, tp_group=None) -> int:

@@ -32,6 +32,7 @@ from tailrl.engine.sampling.keyed import KeyedSampler
 from tailrl.engine.sampling.rows import invariant_logprobs, pack, sample_rows, seq_flags, to_host, unpack
 from tailrl.engine.sequence import Sequence
 from tailrl.engine.static_step import Buffers, StaticBuffers
+from tailrl.model import canonical
 
 MAX_GRAPHS = 64  # captured graphs at most (each holds its bucket's activations in the shared pool)
 
@@ -46,6 +47,7 @@ class DecodeSetup:
     graphs: bool = False  # ... captured as CUDA graphs
     max_batch_size: int = 256
     max_model_len: int = 2048
+    canonical: bool = False  # engine.exact=canonical: every forward under model/canonical.active()
 
 
 class ModelRunner:
@@ -65,7 +67,8 @@ class ModelRunner:
 
     def _run_model(self, ids: torch.Tensor, positions: torch.Tensor, meta, index: torch.Tensor) -> torch.Tensor:
         """The model's forward over the paged cache: ids / positions (B, T), logits at index (B, R) as float."""
-        return self.model(ids, positions, attn=meta, kv_cache=self.cache.kv, logits_index=index).float()
+        with canonical.active(self.setup is not None and self.setup.canonical):
+            return self.model(ids, positions, attn=meta, kv_cache=self.cache.kv, logits_index=index).float()
 
     # -- dynamic forwards ---------------------------------------------------------------------------
     @torch.inference_mode()

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tailrl import kernels
-from tailrl.model import strict
+from tailrl.model import canonical, strict
 from tailrl.model.layers import (
     NO_TP,
     ColumnParallelLinear,
@@ -42,12 +42,14 @@ class AttnMetadata:
     context_slots: (B, L) int64 cache slots of every key a row attends over, new tokens included
                    (padding entries may point anywhere valid; the mask hides them)
     mask:          (B, 1, T, L) bool, True where query t may attend key l; every row needs >= 1 True
+    query_keys:    engine.exact=canonical: each real query's keys (model/canonical.py), filled by the first layer
     """
 
     write_rows: torch.Tensor
     write_slots: torch.Tensor
     context_slots: torch.Tensor
     mask: torch.Tensor
+    query_keys: list | None = None
 
 
 @dataclass
@@ -137,7 +139,10 @@ class Attention(nn.Module):
             flat = attn.context_slots.reshape(-1)
             k_ctx = k_pool.index_select(0, flat).view(B, L, self.n_kv, hd).transpose(1, 2)  # (B, Hkv, L, D)
             v_ctx = v_pool.index_select(0, flat).view(B, L, self.n_kv, hd).transpose(1, 2)  # (B, Hkv, L, D)
-            o = F.scaled_dot_product_attention(q, k_ctx, v_ctx, attn_mask=attn.mask, enable_gqa=True)
+            if canonical.is_active():  # engine.exact=canonical: one query at a time (model/canonical.py)
+                o = canonical.attention(q, k_ctx, v_ctx, attn)
+            else:
+                o = F.scaled_dot_product_attention(q, k_ctx, v_ctx, attn_mask=attn.mask, enable_gqa=True)
         o = o.transpose(1, 2).reshape(B, T, self.n_heads * hd)
         return self.o_proj(o)
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tailrl.model import strict
+from tailrl.model import canonical, strict
 
 
 class TPContext:
@@ -137,7 +137,7 @@ class ColumnParallelLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.strict:
             return strict.linear(x, self.weight, self.bias)
-        return F.linear(x, self.weight, self.bias)  # (..., out/tp); no collective
+        return canonical.linear(x, self.weight, self.bias)  # (..., out/tp); F.linear but in a canonical engine
 
 
 class RowParallelLinear(nn.Module):
@@ -164,7 +164,7 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(full)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = strict.linear(x, self.weight) if self.strict else F.linear(x, self.weight)  # (..., out) partial sum
+        y = (strict if self.strict else canonical).linear(x, self.weight)  # (..., out) partial sum
         if self.tp.size > 1:
             dist.all_reduce(y, group=self.tp.group)  # collective: sum partial products
         if self.bias is not None:
@@ -233,7 +233,7 @@ class ParallelLMHead(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """h: (..., dim) -> logits (..., vocab)."""
         w = self.tied.weight if self.tied is not None else self.weight
-        local = strict.linear(h, w) if self.strict else F.linear(h, w)  # (..., vocab / tp)
+        local = (strict if self.strict else canonical).linear(h, w)  # (..., vocab / tp)
         logits = gather_cat(local, self.tp, -1)  # -> (..., padded vocab)
         if self.shard * self.tp.size != self.vocab:
             logits = logits[..., : self.vocab]  # drop the last rank's padding rows
