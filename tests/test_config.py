@@ -54,6 +54,14 @@ def test_a_yaml_boolean_word_is_text_for_a_string_key(tmp_path):
         load_config(f)
     f.write_text("train:\n  run_name: 'off'\n")
     assert load_config(f).train.run_name == "off"
+    # an untyped mapping gets the boolean (what YAML read), and nothing of the wrapper outlives loading
+    import pickle
+
+    cfg = load_config(None, ["data.reasoning_gym_args.shuffle=false", "train.run_name=no"])
+    assert cfg.data.reasoning_gym_args == {"shuffle": False} and type(cfg.train.run_name) is str
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    dump_config(cfg, tmp_path / "resolved.yaml")
+    assert load_config(tmp_path / "resolved.yaml") == cfg
 
 
 def test_defaults_are_frozen():

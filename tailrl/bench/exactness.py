@@ -326,7 +326,7 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
                  f"overrides {overrides or 'none'}; {time.perf_counter() - t_start:.0f} s in all.")
     tmp.cleanup()
     res = {"settings": {"exact": exact, "shape": model or (shape if isinstance(shape, str) else shape.name),
-                        "temperature": temperature, "device": device,
+                        "temperature": temperature, "device": device, "real_model": model is not None,
                         "dtype": str(dt).removeprefix("torch."), "sequences": sequences, "new_tokens": new_tokens,
                         "prompts": len(requests), "group": GROUP, "batches": sorted({1, *batches}),
                         "spec": list(spec_methods), "preempt": preempt,

@@ -107,8 +107,12 @@ def summary(res: dict) -> str:
     s = res["settings"]
     lines = [f"# tailrl bench exactness (engine.exact={s['exact']}, {s['shape']}, {s['device']}, {s['dtype']}, "
              f"torch {res['torch']})", "",
-             f"{s['sequences']} sequences ({s['prompts']} random prompts x up to {s['group']} samples) x "
-             f"{s['new_tokens']} forced new tokens, temperature 1, sampler {s['sampler']}, seed {s['seed']}. "
+             (f"{s['sequences']} sequences ({s['prompts']} chat-formatted questions x up to {s['group']} samples), up to "
+              f"{s['new_tokens']} new tokens (EOS stops), temperature {s.get('temperature', 1.0)}, "
+              if s.get("real_model") else
+              f"{s['sequences']} sequences ({s['prompts']} random prompts x up to {s['group']} samples) x "
+              f"{s['new_tokens']} forced new tokens, temperature 1, ")
+             + f"sampler {s['sampler']}, seed {s['seed']}. "
              "Reference: every request alone (max_batch_size=1). First divergence: count at min / median / max "
              "position (histogram bins of positions: count).", "",
              "| run | vs | identical | diverging: first position | max \\|Δ logprob\\| (identical) | "

@@ -2,18 +2,23 @@
 stopped one ended (an hours-long `tailrl bench exactness` on a real model, cut by a session's end or a
 preemption, loses only the run it was in).
 
-A cache is one folder per settings digest: runs with different settings (model, sequences, seed, threads,
-torch version, ...) never mix. Each finished run is one JSON file (its rollouts and its info dict), written
-atomically, with the git commit it ran at, so a summary can say which code produced which run."""
+A cache is one folder per digest of the settings and the machine (CPU model, torch's build: its BLAS
+libraries and versions, the CUDA device): runs with different settings or on another machine never mix. Each
+finished run is one JSON file (its rollouts and its info dict), written atomically, with a digest of the
+package's source: a run kept by other code is run again, not mixed in (and the git commit, for the notes)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
+
+import torch
 
 from tailrl.engine import Rollout
 
@@ -21,6 +26,31 @@ from tailrl.engine import Rollout
 def settings_digest(settings: dict) -> str:
     """12 hex digits of the settings (JSON, sorted keys; non-JSON values by str)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def machine() -> dict:
+    """What besides the settings decides a run's bits: the CPU model, torch's build (BLAS / oneDNN versions,
+    ISA), the CUDA device."""
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "machine": platform.machine(), "torch_build": torch.__config__.show(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+@functools.cache
+def source_digest() -> str:
+    """16 hex digits of every .py file of the tailrl package (paths and contents)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def git_commit() -> str | None:
@@ -39,8 +69,9 @@ class RunCache:
     """get / put finished runs under folder/<digest of settings>/. folder None: a cache that keeps nothing."""
 
     def __init__(self, folder: str | Path | None, settings: dict):
+        settings = {**settings, "machine": machine()}
         self.dir = Path(folder) / f"runs-{settings_digest(settings)}" if folder is not None else None
-        self.commit = git_commit()
+        self.commit, self.source = git_commit(), source_digest()
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             (self.dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str))
@@ -49,11 +80,11 @@ class RunCache:
         return self.dir / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".json")
 
     def get(self, name: str) -> tuple[list[Rollout], dict] | None:
-        """(rollouts, info) of a finished run called `name`, or None."""
+        """(rollouts, info) of a finished run called `name` by this code, or None."""
         if self.dir is None or not self._path(name).exists():
             return None
         d = json.loads(self._path(name).read_text())
-        if d.get("name") != name:
+        if d.get("name") != name or d.get("source") != self.source:
             return None
         return [Rollout(**r) for r in d["rollouts"]], {**d["info"], "cached_from_commit": d.get("commit")}
 
@@ -62,6 +93,6 @@ class RunCache:
             return
         path = self._path(name)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": name, "commit": self.commit, "info": info,
+        tmp.write_text(json.dumps({"name": name, "commit": self.commit, "source": self.source, "info": info,
                                    "rollouts": [asdict(r) for r in rollouts]}))
         os.replace(tmp, path)

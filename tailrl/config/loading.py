@@ -34,6 +34,18 @@ class _BoolText(str):
         return self
 
 
+def _parsed(value: Any) -> Any:
+    """value with every _BoolText inside (dicts, lists) back to its boolean: an untyped field gets what YAML
+    read, and no _BoolText outlives loading (the config pickles and dumps as plain data)."""
+    if isinstance(value, _BoolText):
+        return value.parsed
+    if isinstance(value, dict):
+        return {k: _parsed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_parsed(v) for v in value)
+    return value
+
+
 def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
     """Check/convert one YAML value against a dataclass field type (moved: as _build)."""
     origin = typing.get_origin(tp)
@@ -58,7 +70,7 @@ def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             raise UserError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
+        return _parsed(dict(value))
     if tp is bool:
         if not isinstance(value, bool):
             raise UserError(f"{where}: expected true/false, got {value!r}")
@@ -81,7 +93,7 @@ def _coerce(value: Any, tp: Any, where: str, moved: dict) -> Any:
             hint = " (YAML reads off / on / yes / no / true / false as booleans: quote it)" if isinstance(value, bool) else ""
             raise UserError(f"{where}: expected a string, got {value!r}{hint}")
         return str(value)
-    return value
+    return _parsed(value)
 
 
 def _moved(loc: str, moved: dict) -> str | None:

@@ -175,3 +175,15 @@ def test_a_long_run_reports_its_progress():
     assert len(outs) == 6 and info["tokens"] == 30
     assert len(lines) == 5 and lines[0].startswith("  1/6 sequences, 5 tokens, ") and "min left" in lines[-1]
     assert lines[-1].startswith("  5/6 sequences, 25 tokens")
+
+
+def test_a_kept_run_of_other_code_is_run_again(tmp_path, monkeypatch):
+    import tailrl.bench.run_cache as rc
+
+    kw = dict(sequences=2, new_tokens=4, shape=TINY, batches=(2,), spec_methods=(), tp=False, progress=lambda *_: None)
+    first = run_exactness_bench(tmp_path, **kw)
+    assert all("cached_from_commit" not in r for r in first["runs"].values())
+    assert all("cached_from_commit" in r for r in run_exactness_bench(tmp_path, **kw)["runs"].values())
+    monkeypatch.setattr(rc, "source_digest", lambda: "other code")
+    again = run_exactness_bench(tmp_path, **kw)
+    assert all("cached_from_commit" not in r for r in again["runs"].values())

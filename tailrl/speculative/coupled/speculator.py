@@ -130,7 +130,7 @@ class Speculator:
         ex = self.engine.execution
         if (self.cfg.coupled.best_of_n and len(self.names) > 1 and ex.attention == "torch"
                 and not ex.strict):
-            self._best_of_n(seqs, prim, alphas, caps, cands, c0, c1, base)
+            self._best_of_n(seqs, prim, alphas, caps, cands, base)
         return cands
 
     # -- measured throughput per batch-size bucket (the final word over the models) ----------------
@@ -167,7 +167,11 @@ class Speculator:
         o0, o1 = self.spec_overhead.coefficients(near=B)
         t_spec = c0 + c1 * (base + sum(ks)) + sum(d * k for d, k in zip(dcost, ks)) + o0 + o1 * B
         p0, p1 = self.plain_step.coefficients(near=B)
-        t_plain = p0 + p1 * B if self.plain_step.fitted() else c0 + c1 * base
+        if self.plain_step.fitted():
+            t_plain = p0 + p1 * B
+        else:  # no plain step measured yet: the forward-cost line near the plain forward's own size
+            b0, b1 = self.cost.coefficients(near=base)
+            t_plain = b0 + b1 * base
         return S * t_plain / max(B * t_spec, 1e-12)
 
     def _propose(self, seqs, by_name: dict[str, list[int]], ks: list[int], cands) -> None:
@@ -199,9 +203,10 @@ class Speculator:
         vote = self.engine.sampler.vote
         return [[partial(vote, h=x) for x in h[i * k:(i + 1) * k]] for i in range(len(seqs))]
 
-    def _best_of_n(self, seqs, prim, alphas, caps, cands, c0, c1, base) -> None:
+    def _best_of_n(self, seqs, prim, alphas, caps, cands, base) -> None:
         planned = base + sum(len(c[0][1]) for c in cands if c)
-        budget = int(self.cfg.coupled.bon_spare * c0 / c1) - planned
+        g0, g1 = self.cost.coefficients()  # the spare tokens against the forward's fixed cost: the whole range's
+        budget = int(self.cfg.coupled.bon_spare * g0 / g1) - planned  # line (a locally flat one would be ~1e9)
         if budget <= 0:
             return
         extra: dict[str, list[int]] = defaultdict(list)
