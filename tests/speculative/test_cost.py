@@ -13,7 +13,7 @@ import pytest
 from tailrl.config import EngineConfig, SpecConfig
 from tailrl.speculative import build_engine
 from tailrl.speculative.cost import ForwardCost
-from tailrl.speculative.window import expected_tokens
+from tailrl.speculative.window import expected_tokens, plan_windows
 from tests.helpers import tiny_native
 
 
@@ -97,8 +97,6 @@ def test_the_planner_speculates_at_batch_1_where_it_pays():
     B, base = 1, 1
     c0, c1 = sp.cost.coefficients(near=base + B * sp._k_guess)
     predicted = sp._predicted_gain(B, base, c0, c1)
-    from tailrl.speculative.window import plan_windows
-
     k = plan_windows([0.5], [sp.cfg.k_max], c0, c1, [0.0], base)[0]
     true = expected_tokens(0.5, k) * curve(1) / curve(1 + k)
     best = max(expected_tokens(0.5, j) * curve(1) / curve(1 + j) for j in range(1, sp.cfg.k_max + 1))
