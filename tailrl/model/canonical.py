@@ -43,6 +43,7 @@ def consistent_rows(k: int, n: int, bias: bool, dtype: torch.dtype, threads: int
     big = torch.randn(64, k, generator=g).to(dtype)
     big[0] = v
     ref = F.linear(big, w, b)[0]
+
     def same(m: int, positions) -> bool:
         for p in sorted(positions):
             x = torch.randn(m, k, generator=g).to(dtype)
@@ -104,13 +105,17 @@ def query_keys(meta) -> list[tuple[int, int, slice | torch.Tensor]]:
     if meta.query_keys is not None:
         return meta.query_keys
     mask = meta.mask[:, 0].cpu()  # (B, T, L)
-    T = mask.shape[1]
+    T, L = mask.shape[1:]
+    first = mask.int().argmax(-1)  # (B, T) first allowed key
+    last = L - 1 - mask.flip(-1).int().argmax(-1)  # (B, T) last allowed key
+    chain = (last - first + 1 == mask.sum(-1)).tolist()  # every key between them allowed (not a tree row)
+    first, last = first.tolist(), last.tolist()
     out = []
     for flat in meta.write_rows.cpu().tolist():
         b, t = divmod(flat, T)
-        idx = mask[b, t].nonzero().flatten()
-        lo, hi = int(idx[0]), int(idx[-1]) + 1
-        out.append((b, t, slice(lo, hi) if hi - lo == idx.numel() else idx.to(meta.mask.device)))
+        keys = (slice(first[b][t], last[b][t] + 1) if chain[b][t]
+                else mask[b, t].nonzero().flatten().to(meta.mask.device))
+        out.append((b, t, keys))
     meta.query_keys = out
     return out
 

@@ -19,7 +19,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 from tailrl.engine.probe import time_forward
-from tailrl.perf.fit import add_point, affine_from_sums
+from tailrl.perf.fit import add_point, affine_from_sums, one_size
 
 
 class ForwardCost:
@@ -75,7 +75,7 @@ class ForwardCost:
             only = next(iter(self._bins.values())) if len(self._bins) == 1 else None
             if not self._bins:
                 fit = self.default
-            elif only is not None and only[3] * only[0] - only[1] ** 2 <= 1e-12 * only[1] ** 2:
+            elif only is not None and one_size(only):
                 fit = (0.0, only[2] / max(only[1], 1e-12))  # one size: proportional
             else:
                 sums = [0.0] * 5
