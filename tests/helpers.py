@@ -149,6 +149,12 @@ def run_cli(cmd: list[str], cwd) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
 
 
+def ends(text: str, head: int = 3000, tail: int = 1000) -> str:
+    """A failed command's stderr for an assertion message: its start (under torchrun a rank's own traceback or
+    abort message comes first) and its end (torchrun's summary of which rank failed how)."""
+    return text if len(text) <= head + tail else f"{text[:head]}\n...\n{text[-tail:]}"
+
+
 def jsonl_rows(path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 

@@ -68,8 +68,7 @@ def run_demo(a) -> int:
 def run_train(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.config import load_config
-    from tailrl.train.console import StepDisplay
-    from tailrl.train.stop import EXIT_STOPPED
+    from tailrl.train.distributed import leave_distributed
     from tailrl.train.trainer import Trainer, resume_config, run_dir_for
 
     overrides = list(a.overrides)
@@ -85,6 +84,21 @@ def run_train(a) -> int:
         cfg = load_config(a.config, overrides)
         run_dir = a.run_dir or run_dir_for(cfg)
     trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
+    finished = False
+    try:
+        code = _fit(trainer, cfg)
+        finished = True
+        return code
+    finally:
+        leave_distributed(trainer.ctx, finished)
+
+
+def _fit(trainer, cfg) -> int:
+    """Train to the end (or a stop); rank 0 shows the run. Returns the exit code."""
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    from tailrl.train.console import StepDisplay
+    from tailrl.train.stop import EXIT_STOPPED
+
     if not trainer.ctx.main:  # under torchrun rank 0 speaks for the job
         trainer.fit()
         return EXIT_STOPPED if trainer.stopped else 0
@@ -112,20 +126,13 @@ def run_train(a) -> int:
 def run_eval(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     import json
-    from dataclasses import replace
     from pathlib import Path
 
     from tailrl.config import load_config
-    from tailrl.data.datasets import encode_example, load_dataset
-    from tailrl.engine import SamplingParams
-    from tailrl.model import load
     from tailrl.model.loading import resolve_device
-    from tailrl.rewards import build_reward
-    from tailrl.speculative import build_engine
     from tailrl.train.checkpoint import latest_checkpoint
-    from tailrl.train.distributed import init_distributed, rank_device
-    from tailrl.train.evaluate import evaluate
-    from tailrl.train.lora_checkpoint import is_lora_checkpoint, merged_policy
+    from tailrl.train.distributed import init_distributed, leave_distributed
+    from tailrl.train.lora_checkpoint import is_lora_checkpoint
 
     cfg = load_config(a.config, a.overrides)
     ref = a.model or cfg.model.path
@@ -143,6 +150,35 @@ def run_eval(a) -> int:
         raise UserError("--samples must be >= 1")
     device = resolve_device(cfg.model.device)
     ctx = init_distributed(device, cfg.train.dist_timeout_s)  # under torchrun: a shard of the prompts per rank
+    finished = False
+    try:
+        out = _eval_on_rank(a, cfg, ref, lora_ckpt, device, ctx)
+        finished = True
+    finally:
+        leave_distributed(ctx, finished)
+    if not ctx.main:
+        return 0
+    for k, v in out.items():
+        print(f"{k:28s} {v:.4f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def _eval_on_rank(a, cfg, ref: str, lora_ckpt, device: str, ctx) -> dict:
+    """Load the policy on this rank, generate and score its share of the prompts; the gathered eval/* numbers."""
+    # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
+    from dataclasses import replace
+
+    from tailrl.data.datasets import encode_example, load_dataset
+    from tailrl.engine import SamplingParams
+    from tailrl.model import load
+    from tailrl.rewards import build_reward
+    from tailrl.speculative import build_engine
+    from tailrl.train.distributed import rank_device
+    from tailrl.train.evaluate import evaluate
+    from tailrl.train.lora_checkpoint import merged_policy
+
     if lora_ckpt is not None:
         model, tok, _ = merged_policy(*lora_ckpt)
         model = model.to(rank_device(device, ctx))
@@ -162,10 +198,4 @@ def run_eval(a) -> int:
     finally:
         reward.close()
         engine.close()
-    if not ctx.main:
-        return 0
-    for k, v in out.items():
-        print(f"{k:28s} {v:.4f}")
-    if a.out:
-        Path(a.out).write_text(json.dumps(out, indent=2))
-    return 0
+    return out

@@ -89,6 +89,21 @@ def init_distributed(device: str, timeout_s: float = 7200.0) -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local)
 
 
+def leave_distributed(ctx: DistContext, finished: bool = True) -> None:
+    """End this process's part in a torchrun job it joined with init_distributed: when every rank finished,
+    a barrier first (no rank leaves while another may still talk to it), then the process group destroyed,
+    so gloo / NCCL tear down before the interpreter does (a group left to exit-time destructors can abort a
+    rank that finished first: seen as SIGABRT on rank 1 of `tailrl eval` under load). finished=False (a rank
+    raised): no barrier, since the others may never reach it. A no-op in a single process."""
+    if not ctx.enabled or not dist.is_initialized():
+        return
+    try:
+        if finished:
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
 def rank_device(device: str, ctx: DistContext) -> str:
     """The device this rank computes on: cuda:LOCAL_RANK under torchrun on CUDA, else the given one."""
     return f"cuda:{ctx.local_rank}" if ctx.enabled and device.startswith("cuda") else device

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tailrl.cli import main
-from tests.helpers import make_model_dir
+from tests.helpers import ends, make_model_dir
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -69,7 +69,7 @@ def test_torchrun_launch_matches_single_process(model_dir, tmp_path):
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                         "tailrl.parallel.torchrun", *common, "--samples", "2", "--switch", "tp2@3:recompute",
                         "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.returncode == 0, ends(r.stderr)
     assert "TP1/DP2 -> TP2/DP1" in r.stderr
     key = lambda rows: [(x["prompt_index"], x["sample_index"], x["token_ids"]) for x in rows]  # noqa: E731
     load = lambda p: [json.loads(x) for x in p.read_text().splitlines()]  # noqa: E731

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import base_overrides, jsonl_rows, run_cli, write_config
+from tests.helpers import base_overrides, ends, jsonl_rows, run_cli, write_config
 
 pytestmark = pytest.mark.slow  # every test here starts processes
 
@@ -45,10 +45,10 @@ def test_two_ranks_train_like_one_process(tiny_model_dir, arith_data, tmp_path, 
     forward gave 3 of 52 rollouts different and masters 4e-3 apart)."""
     cfg = _config(tmp_path, tiny_model_dir, arith_data, **{"train.total_steps": 3, "model.dtype": dtype})
     one = run_cli([sys.executable, "-m", "tailrl", "train", str(cfg), "train.run_name=one"], tmp_path)
-    assert one.returncode == 0, one.stderr[-3000:]
+    assert one.returncode == 0, ends(one.stderr)
     two = run_cli(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
                            "train.run_name=two"], tmp_path)
-    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.returncode == 0, ends(two.stderr)
     a, b = tmp_path / "runs" / "one", tmp_path / "runs" / "two"
 
     def key(r):
@@ -95,7 +95,7 @@ def test_two_nodes_killed_mid_run_resume_to_the_same_weights(tiny_model_dir, ari
     cfg = _config(tmp_path, tiny_model_dir, arith_data, **{"train.total_steps": 4, "train.save_every": 1})
     ref = run_cli(TORCHRUN + ["--standalone", "--nproc-per-node", "2", "-m", "tailrl", "train", str(cfg),
                            "train.run_name=ref"], tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert ref.returncode == 0, ends(ref.stderr)
     run = tmp_path / "runs" / "killed"
     agents = _two_nodes(tmp_path, [str(cfg), "train.run_name=killed"], "first")
     deadline = time.time() + 300

@@ -17,7 +17,7 @@ from tailrl.rewards import build_reward
 from tailrl.speculative import build_engine
 from tailrl.train.distributed import DistContext
 from tailrl.train.evaluate import eval_metrics, evaluate, score_shard
-from tests.helpers import base_overrides, write_config
+from tests.helpers import base_overrides, ends, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +56,7 @@ def test_eval_under_torchrun_equals_one_process(tiny_model_dir, arith_data, tmp_
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "tailrl", *args, "--out", str(tmp_path / "two.json")], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.returncode == 0, ends(two.stderr)
     a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
     a.pop("eval/timing_s"), b.pop("eval/timing_s")
     assert a == b and a["eval/prompts"] == 9

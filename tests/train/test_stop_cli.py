@@ -18,7 +18,7 @@ from tailrl.config import load_config
 from tailrl.train.checkpoint import latest_checkpoint
 from tailrl.train.metrics import read_metrics
 from tailrl.train.trainer import Trainer
-from tests.helpers import write_config
+from tests.helpers import ends, write_config
 from tests.train.stopping import final_weights, same_weights, stop_overrides
 
 pytestmark = pytest.mark.slow  # starts processes
@@ -109,7 +109,7 @@ def test_slurm_script_requeues_on_usr1_and_the_requeued_job_resumes_bitwise(tiny
     ref = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           "-m", "tailrl", "train", str(cfg), "--run-dir", str(tmp_path / "ref")], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert ref.returncode == 0, ends(ref.stderr)
     _fake_slurm(tmp_path / "bin", tmp_path / "requeued")
     run = tmp_path / "runs" / "4242"
     env |= {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_NNODES": "1",
@@ -128,7 +128,7 @@ def test_slurm_script_requeues_on_usr1_and_the_requeued_job_resumes_bitwise(tiny
     assert 1 <= done <= 4 and _steps(run) == list(range(1, done + 1))
     env["PORT"] = str(_free_port())
     again = subprocess.run(["bash", *script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, ends(again.stderr)
     assert f"resumed at step {done}" in again.stderr
     assert same_weights(final_weights(run), final_weights(tmp_path / "ref"))
     assert _steps(run) == [1, 2, 3, 4] and (tmp_path / "requeued").read_text().split() == ["4242"]
