@@ -180,7 +180,8 @@ def add(sub) -> None:
     q.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     q.add_argument("--out-dir", default="runs/bench-exactness", help="summary.md and result.json; every "
                    "finished run is kept under OUT_DIR/runs-<digest of the settings>/, so the same command started "
-                   "again continues where a stopped one ended")
+                   "again continues where a stopped one ended (a kept run is reused while the code that could "
+                   "have made it is unchanged)")
     q.add_argument("--fresh", action="store_true", help="run everything again (replace the kept runs)")
     q = bs.add_parser("gpu", help="every GPU figure in one command: the CUDA tests, engine, long tail, exactness, "
                       "e2e vs TRL, spec / PODS / SAGC, each under its own budget (docs/gpu.md)")

@@ -177,13 +177,29 @@ def test_a_long_run_reports_its_progress():
     assert lines[-1].startswith("  5/6 sequences, 25 tokens")
 
 
-def test_a_kept_run_of_other_code_is_run_again(tmp_path, monkeypatch):
-    import tailrl.bench.run_cache as rc
-
+def test_a_kept_run_of_other_code_is_run_again(tmp_path):
+    """A kept run records the digest of every file of the code that could have made it; one changed file (here
+    the engine's, as recorded) and it is run again."""
     kw = dict(sequences=2, new_tokens=4, shape=TINY, batches=(2,), spec_methods=(), tp=False, progress=lambda *_: None)
     first = run_exactness_bench(tmp_path, **kw)
     assert all("cached_from_commit" not in r for r in first["runs"].values())
     assert all("cached_from_commit" in r for r in run_exactness_bench(tmp_path, **kw)["runs"].values())
-    monkeypatch.setattr(rc, "source_digest", lambda: "other code")
+    for kept in tmp_path.glob("runs-*/*.json"):
+        d = json.loads(kept.read_text())
+        if "files" in d:
+            assert "engine/engine.py" in d["files"] and "bench/exactness.py" in d["files"]
+            d["files"]["engine/engine.py"] = "0" * 16
+            kept.write_text(json.dumps(d))
     again = run_exactness_bench(tmp_path, **kw)
     assert all("cached_from_commit" not in r for r in again["runs"].values())
+
+
+def test_code_files_cover_generation_and_what_was_loaded():
+    from tailrl.bench.run_cache import GENERATION_PACKAGES, code_files, unchanged
+
+    files = code_files()
+    assert {rel.split("/")[0] for rel in files} >= set(GENERATION_PACKAGES) | {"bench", "config", "errors.py"}
+    assert "speculative/decoupled/worker.py" in files  # a drafter process's code, loaded here or not
+    assert unchanged(files) and unchanged({"errors.py": files["errors.py"]})
+    assert not unchanged({**files, "errors.py": "0" * 16})
+    assert not unchanged({"no/such/file.py": "0" * 16}) and not unchanged({})
