@@ -4,10 +4,11 @@ preemption, loses only the run it was in).
 
 A cache is one folder per digest of the settings and the machine (CPU model, torch's build: its BLAS
 libraries and versions, the CUDA device): runs with different settings or on another machine never mix. Each
-finished run is one JSON file (its rollouts and its info dict), written atomically, with a digest of each file
-of the code that could have made it (`code_files`): a kept run is used only while every one of those files is
-unchanged, so a change to the trainer or a command does not throw away hours of kept rollouts, and a change to
-the engine, the model or anything the run loaded does (and the git commit, for the notes)."""
+finished run is one JSON file (its rollouts and its info dict), written atomically, with the digests of the
+files that could have decided its tokens (bench/code_digest.py), taken when the cache is opened, before the
+runs: a kept run is used only while each of those files is unchanged, so a change to the trainer or a command
+does not throw away hours of kept rollouts and a change to the engine, the model, the sampler or the requests
+does (and the git commit, for the notes)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ import json
 import os
 import platform
 import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from tailrl.bench.code_digest import code_files, same_code
 from tailrl.engine import Rollout
 
 
@@ -44,35 +45,6 @@ def machine() -> dict:
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
-# generation's packages, digested whole: a drafter process (spec.mode=decoupled) imports from them modules that
-# the benchmark's own process may never load
-GENERATION_PACKAGES = ("engine", "model", "kernels", "speculative", "parallel")
-
-
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-def code_files() -> dict[str, str]:
-    """{path in the package: 16 hex digits of its content} of the code that can decide a run's tokens: every
-    tailrl module this process has loaded (called after the run: the lazily imported ones too) and every
-    file of GENERATION_PACKAGES."""
-    root = Path(__file__).resolve().parents[1]
-    files = {Path(m.__file__).resolve() for name, m in list(sys.modules.items())
-             if (name == "tailrl" or name.startswith("tailrl.")) and getattr(m, "__file__", None)}
-    files |= {f.resolve() for pkg in GENERATION_PACKAGES for f in (root / pkg).rglob("*.py")}
-    return {str(f.relative_to(root)): _file_digest(f) for f in sorted(files) if f.is_relative_to(root)}
-
-
-def unchanged(files: dict[str, str]) -> bool:
-    """Whether every recorded file still has its recorded content (False when one is gone)."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        return bool(files) and all(_file_digest(root / rel) == d for rel, d in files.items())
-    except OSError:
-        return False
-
-
 def git_commit() -> str | None:
     """HEAD of the repository this package runs from (None outside a git checkout)."""
     try:
@@ -91,7 +63,7 @@ class RunCache:
     def __init__(self, folder: str | Path | None, settings: dict):
         settings = {**settings, "machine": machine()}
         self.dir = Path(folder) / f"runs-{settings_digest(settings)}" if folder is not None else None
-        self.commit = git_commit()
+        self.commit, self.files = git_commit(), code_files()
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             (self.dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str))
@@ -104,7 +76,7 @@ class RunCache:
         if self.dir is None or not self._path(name).exists():
             return None
         d = json.loads(self._path(name).read_text())
-        if d.get("name") != name or not unchanged(d.get("files") or {}):
+        if d.get("name") != name or not same_code(d.get("files") or {}):
             return None
         return [Rollout(**r) for r in d["rollouts"]], {**d["info"], "cached_from_commit": d.get("commit")}
 
@@ -113,6 +85,6 @@ class RunCache:
             return
         path = self._path(name)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"name": name, "commit": self.commit, "files": code_files(), "info": info,
+        tmp.write_text(json.dumps({"name": name, "commit": self.commit, "files": self.files, "info": info,
                                    "rollouts": [asdict(r) for r in rollouts]}))
         os.replace(tmp, path)

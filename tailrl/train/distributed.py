@@ -90,18 +90,16 @@ def init_distributed(device: str, timeout_s: float = 7200.0) -> DistContext:
 
 
 def leave_distributed(ctx: DistContext, finished: bool = True) -> None:
-    """End this process's part in a torchrun job it joined with init_distributed: when every rank finished,
-    a barrier first (no rank leaves while another may still talk to it), then the process group destroyed,
-    so gloo / NCCL tear down before the interpreter does (a group left to exit-time destructors can abort a
-    rank that finished first: seen as SIGABRT on rank 1 of `tailrl eval` under load). finished=False (a rank
-    raised): no barrier, since the others may never reach it. A no-op in a single process."""
-    if not ctx.enabled or not dist.is_initialized():
+    """End this process's part in a torchrun job it joined with init_distributed, once every rank finished: a
+    barrier (no rank leaves while another may still talk to it), then the process group destroyed, so gloo /
+    NCCL tear down before the interpreter does (a group left to exit-time destructors can abort a rank that
+    finished first: seen as SIGABRT on rank 1 of `tailrl eval` under load). finished=False (this rank raised):
+    nothing — the others may be inside a collective, where destroying an NCCL group can hang this rank
+    instead of letting its error end the job. A no-op in a single process."""
+    if not finished or not ctx.enabled or not dist.is_initialized():
         return
-    try:
-        if finished:
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def rank_device(device: str, ctx: DistContext) -> str:

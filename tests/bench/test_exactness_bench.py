@@ -3,6 +3,7 @@
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -194,12 +195,46 @@ def test_a_kept_run_of_other_code_is_run_again(tmp_path):
     assert all("cached_from_commit" not in r for r in again["runs"].values())
 
 
-def test_code_files_cover_generation_and_what_was_loaded():
-    from tailrl.bench.run_cache import GENERATION_PACKAGES, code_files, unchanged
+def test_the_code_a_kept_run_records_is_generation_s_import_closure():
+    from tailrl.bench.code_digest import GENERATION_PACKAGES, code_files, same_code
 
     files = code_files()
     assert {rel.split("/")[0] for rel in files} >= set(GENERATION_PACKAGES) | {"bench", "config", "errors.py"}
-    assert "speculative/decoupled/worker.py" in files  # a drafter process's code, loaded here or not
-    assert unchanged(files) and unchanged({"errors.py": files["errors.py"]})
-    assert not unchanged({**files, "errors.py": "0" * 16})
-    assert not unchanged({"no/such/file.py": "0" * 16}) and not unchanged({})
+    assert {"speculative/decoupled/worker.py", "rewards/procpool_child.py",  # what a drafter process imports
+            "bench/exactness.py", "bench/exactness_prompts.py", "engine/sampling/gumbel.py"} <= set(files)
+    assert not {"train/trainer.py", "commands/training.py", "bench/common.py"} & set(files)  # not the tokens'
+    assert same_code(files) and same_code({**files, "train/trainer.py": "anything"})
+    assert not same_code({**files, "engine/engine.py": "0" * 16})
+    assert not same_code({k: v for k, v in files.items() if k != "model/decoder.py"}) and not same_code({})
+
+
+@pytest.mark.slow
+def test_the_static_closure_holds_every_module_generation_loads(tmp_path):
+    """Oracle: a fresh process imports every module of the generation packages and the benchmark's request
+    modules; each tailrl file it loads is in the static closure with the package __init__s on the way (the
+    kept runs' closure leaves those out: they only re-export)."""
+    import subprocess
+    import sys
+
+    from tailrl.bench.code_digest import BENCH_MODULES, GENERATION_PACKAGES, ROOT, closure, code_files
+
+    script = f"""
+import importlib, json, pkgutil, sys
+import tailrl
+for pkg in {list(GENERATION_PACKAGES)!r}:
+    p = importlib.import_module("tailrl." + pkg)
+    for m in pkgutil.walk_packages(p.__path__, p.__name__ + "."):
+        importlib.import_module(m.name)
+for rel in {list(BENCH_MODULES)!r}:
+    importlib.import_module("tailrl." + rel.removesuffix(".py").replace("/", "."))
+print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items()
+                        if (n == "tailrl" or n.startswith("tailrl.")) and getattr(m, "__file__", None))))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = {str(Path(f).resolve().relative_to(ROOT)) for f in json.loads(out.stdout)}
+    with_inits = {str(f.relative_to(ROOT)) for f in closure(inits=True)}
+    assert set(code_files()) <= with_inits and len(loaded) > 50
+    outside = loaded - with_inits
+    assert not outside, f"loaded by generation, missed by the static closure: {sorted(outside)}"
