@@ -68,7 +68,7 @@ def run_demo(a) -> int:
 def run_train(a) -> int:
     # lazy: the CLI imports a command's stack only when the command runs (torch stays out of --help)
     from tailrl.config import load_config
-    from tailrl.train.distributed import leave_distributed
+    from tailrl.train.distributed import leaving
     from tailrl.train.trainer import Trainer, resume_config, run_dir_for
 
     overrides = list(a.overrides)
@@ -84,13 +84,8 @@ def run_train(a) -> int:
         cfg = load_config(a.config, overrides)
         run_dir = a.run_dir or run_dir_for(cfg)
     trainer = Trainer(cfg, run_dir, resume=bool(a.resume))
-    finished = False
-    try:
-        code = _fit(trainer, cfg)
-        finished = True
-        return code
-    finally:
-        leave_distributed(trainer.ctx, finished)
+    with leaving(trainer.ctx):
+        return _fit(trainer, cfg)
 
 
 def _fit(trainer, cfg) -> int:
@@ -131,7 +126,7 @@ def run_eval(a) -> int:
     from tailrl.config import load_config
     from tailrl.model.loading import resolve_device
     from tailrl.train.checkpoint import latest_checkpoint
-    from tailrl.train.distributed import init_distributed, leave_distributed
+    from tailrl.train.distributed import init_distributed, leaving
     from tailrl.train.lora_checkpoint import is_lora_checkpoint
 
     cfg = load_config(a.config, a.overrides)
@@ -150,12 +145,8 @@ def run_eval(a) -> int:
         raise UserError("--samples must be >= 1")
     device = resolve_device(cfg.model.device)
     ctx = init_distributed(device, cfg.train.dist_timeout_s)  # under torchrun: a shard of the prompts per rank
-    finished = False
-    try:
+    with leaving(ctx):
         out = _eval_on_rank(a, cfg, ref, lora_ckpt, device, ctx)
-        finished = True
-    finally:
-        leave_distributed(ctx, finished)
     if not ctx.main:
         return 0
     for k, v in out.items():

@@ -20,6 +20,7 @@ Backends: NCCL with one device per local rank on CUDA, gloo on CPUs (how the tes
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -89,17 +90,18 @@ def init_distributed(device: str, timeout_s: float = 7200.0) -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local)
 
 
-def leave_distributed(ctx: DistContext, finished: bool = True) -> None:
-    """End this process's part in a torchrun job it joined with init_distributed, once every rank finished: a
+@contextmanager
+def leaving(ctx: DistContext):
+    """Run the body, then end this process's part in the torchrun job it joined with init_distributed: a
     barrier (no rank leaves while another may still talk to it), then the process group destroyed, so gloo /
     NCCL tear down before the interpreter does (a group left to exit-time destructors can abort a rank that
-    finished first: seen as SIGABRT on rank 1 of `tailrl eval` under load). finished=False (this rank raised):
-    nothing — the others may be inside a collective, where destroying an NCCL group can hang this rank
-    instead of letting its error end the job. A no-op in a single process."""
-    if not finished or not ctx.enabled or not dist.is_initialized():
-        return
-    dist.barrier()
-    dist.destroy_process_group()
+    finished first: seen as SIGABRT on rank 1 of `tailrl eval` under load). When the body raises: nothing —
+    the others may be inside a collective, where destroying an NCCL group can hang this rank instead of
+    letting its error end the job. A no-op in a single process."""
+    yield
+    if ctx.enabled and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def rank_device(device: str, ctx: DistContext) -> str:
