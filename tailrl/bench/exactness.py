@@ -19,7 +19,8 @@ at `temperature`, stopping at EOS (bench/exactness_prompts.py):
     preemption    the largest B with a KV pool of a quarter of what it needs (`preempt`): sequences are
                   preempted and recomputed
     graphs        engine.cuda_graphs true vs false at the largest B (CUDA only)
-    TP            2 ranks over gloo (tailrl.parallel.tp_generate, CPU fp32) vs one process, largest B
+    TP            `tp` ranks (default 2; 0: none) over gloo (tailrl.parallel.tp_generate, CPU fp32) vs one
+                  process, largest B
 
 Each is compared with the reference (and with its own plain twin) by exactness_stats.compare_runs; the
 largest batch's rollout logprobs are also compared with the trainer's forward of the same tokens
@@ -69,7 +70,6 @@ SPEC_METHODS = {
     "decoupled": ({"spec.method": "draft", "spec.draft_model": "{draft}", "spec.mode": "decoupled",
                    "spec.decoupled.window": 3}, False),
 }
-TP_WORLD = 2
 def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group: int = GROUP) -> list[Request]:
     """ceil(sequences / group) random prompts with `group` samples each (the last one the remainder), every
     sample forced to exactly new_tokens tokens at temperature 1."""
@@ -121,11 +121,14 @@ def _tp_rank(rank: int, world: int, args, tensors: list, requests: list, cfg: En
     return res.rollouts if rank == 0 else None
 
 
-def tp_unsupported(args) -> str | None:
-    """Why the model cannot be split over TP_WORLD ranks, or None."""
-    if args.num_heads % TP_WORLD or args.num_kv_heads % TP_WORLD or args.intermediate_size % TP_WORLD:
-        return (f"TP{TP_WORLD} needs heads ({args.num_heads} query, {args.num_kv_heads} KV) and MLP width "
-                f"({args.intermediate_size}) divisible by {TP_WORLD}")
+def tp_unsupported(args, world: int) -> str | None:
+    """Why the model cannot be split over `world` TP ranks, or None."""
+    if args.num_heads % world or args.num_kv_heads % world or args.intermediate_size % world:
+        fits = [t for t in range(2, args.num_kv_heads + 1)
+                if not (args.num_heads % t or args.num_kv_heads % t or args.intermediate_size % t)]
+        return (f"TP{world} needs heads ({args.num_heads} query, {args.num_kv_heads} KV) and MLP width "
+                f"({args.intermediate_size}) divisible by {world}"
+                + (f" (this model splits over {' / '.join(map(str, fits))} ranks: --tp {fits[0]})" if fits else ""))
     return None
 
 
@@ -164,7 +167,7 @@ def _spec_settings(method: str, draft: Path | None) -> dict:
 
 def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: int = 256,
                         shape: str | ModelShape = "small", device: str | None = None, dtype: str | None = None,
-                        exact: str = "fast", batches=(1, 16, 64, 256), spec_methods=("auto",), tp: bool = True,
+                        exact: str = "fast", batches=(1, 16, 64, 256), spec_methods=("auto",), tp: int = 2,
                         engine_overrides: dict | None = None, seed: int = 0, progress=print, model: str | None = None,
                         prompts: str | None = None, temperature: float = 1.0, preempt: bool = False,
                         draft_layers: int = 4, resume: bool = True) -> dict:
@@ -272,7 +275,7 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
     else:
         why = "no CUDA device" if not cuda else "engine.attention=torch has no graphs"
         comparisons.append({"run": "cuda graphs", "vs": "eager", "not_measured": why})
-    why = tp_unsupported(policy.args) if tp else "tp=False"
+    why = tp_unsupported(policy.args, tp) if tp > 1 else "no TP run (--no-tp)"
     if why is None:
         tensors = [(n, t.detach().to("cpu", torch.float32).clone()) for n, t in full_tensors(policy)]
         tp1 = twin
@@ -282,24 +285,24 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
             load_weights(cpu, tensors)
             with torch.inference_mode():
                 run([tp1], lambda: build(big, plain, on=cpu.eval()))
-        name = f"TP{TP_WORLD} (gloo, CPU fp32), B={big}"
+        name = f"TP{tp} (gloo, CPU fp32), B={big}"
         cfg = engine_config(overrides, {"max_batch_size": big, "exact": exact, **plain})
         kept = cache.get(name) if resume else None
         if kept:
             outs[name], runs[name] = kept
         else:
             t0 = time.perf_counter()
-            outs[name] = spawn(_tp_rank, TP_WORLD, policy.args, tensors, requests, cfg)[0]
+            outs[name] = spawn(_tp_rank, tp, policy.args, tensors, requests, cfg)[0]
             runs[name] = {"max_batch_size": big, "wall_s": time.perf_counter() - t0}
             cache.put(name, outs[name], runs[name])
         progress(f"{name}: {runs[name]['wall_s']:.1f} s ({time.perf_counter() - t_start:.0f} s so far)")
         compare(name, tp1)
         if tp1 != ref:
             compare(name, ref)
-        notes.append(f"TP: {TP_WORLD} spawned ranks (tailrl.parallel.tp_generate, layout TP{TP_WORLD}/DP1, gloo), "
+        notes.append(f"TP: {tp} spawned ranks (tailrl.parallel.tp_generate, layout TP{tp}/DP1, gloo), "
                      "each with cores / ranks torch threads; compared with one process at the same batch.")
     else:
-        comparisons.append({"run": f"TP{TP_WORLD}", "vs": "TP1", "not_measured": why})
+        comparisons.append({"run": f"TP{tp}" if tp > 1 else "TP", "vs": "TP1", "not_measured": why})
     # the trainer's forward of the largest batch's tokens (what training would see), and of the reference's
     # tokens where they are the same sequences
     t0 = time.perf_counter()

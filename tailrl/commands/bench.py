@@ -148,7 +148,7 @@ def add(sub) -> None:
     q.add_argument("--max-new-tokens", type=int, default=512)
     q.add_argument("--out-dir", default="runs/bench-rewards")
     q = bs.add_parser("exactness", help="token identity of the same requests alone vs batched, with speculation, "
-                      "CUDA graphs and TP2, and rollout vs trainer logprobs, for one engine.exact mode")
+                      "CUDA graphs and TP, and rollout vs trainer logprobs, for one engine.exact mode")
     q.set_defaults(run=exactness)
     q.add_argument("--exact", default="fast", choices=["fast", "strict", "canonical"], help="engine.exact of every run")
     q.add_argument("--sequences", type=int, default=1000, help="sequences (prompts x 8 samples)")
@@ -171,7 +171,8 @@ def add(sub) -> None:
     q.add_argument("--preempt", action="store_true", help="also a run at the largest batch whose KV pool holds a "
                    "quarter of what it needs (preemption and recompute)")
     q.add_argument("--no-spec", action="store_true", help="skip the speculative runs (--spec-methods with none)")
-    q.add_argument("--no-tp", action="store_true", help="skip the TP2 run (2 gloo ranks on the CPU)")
+    q.add_argument("--tp", type=int, default=2, help="ranks of the TP run over gloo (SmolLM2-135M: 3); --no-tp: none")
+    q.add_argument("--no-tp", action="store_true", help="skip the TP run")
     q.add_argument("--device", default=None, help="cuda | cpu (default: cuda when available)")
     q.add_argument("--dtype", default=None, choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, float32 on CPU")
     q.add_argument("--engine", action="append", default=[], metavar="KEY=VALUE",
@@ -392,7 +393,7 @@ def exactness(a) -> int:
     if a.prompts and not a.model:
         raise UserError("--prompts needs --model (random-weight shapes decode random prompts)")
     run_exactness_bench(a.out_dir, a.sequences, a.new_tokens, a.shape, a.device, a.dtype, a.exact, a.batches,
-                        () if a.no_spec else tuple(a.spec_methods), not a.no_tp, overrides, a.seed, model=a.model,
+                        () if a.no_spec else tuple(a.spec_methods), 0 if a.no_tp else a.tp, overrides, a.seed, model=a.model,
                         prompts=a.prompts, temperature=a.temperature, preempt=a.preempt, draft_layers=a.draft_layers,
                         resume=not a.fresh)
     print((Path(a.out_dir) / "summary.md").read_text())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tailrl.bench.exactness import engine_config, make_requests, run_exactness_bench
+from tailrl.bench.exactness import engine_config, make_requests, run_exactness_bench, tp_unsupported
 from tailrl.bench.exactness_stats import (
     compare_runs,
     first_divergence,
@@ -85,12 +85,12 @@ def test_requests_and_engine_config():
 
 def test_tiny_run_fills_every_comparison(tmp_path):
     res = run_exactness_bench(tmp_path, sequences=8, new_tokens=12, shape=TINY, batches=(1, 4), spec_methods=("auto",),
-                              tp=False, progress=lambda *_: None)
+                              tp=0, progress=lambda *_: None)
     rows = {(c["run"], c["vs"]): c for c in res["comparisons"]}
     assert set(rows) == {("batch 4", "alone (B=1)"), ("spec cold, B=4", "alone (B=1)"),
                          ("spec cold, B=4", "batch 4"), ("spec warm, B=4", "alone (B=1)"),
-                         ("spec warm, B=4", "batch 4"), ("cuda graphs", "eager"), ("TP2", "TP1")}
-    assert "not_measured" in rows[("cuda graphs", "eager")] and "not_measured" in rows[("TP2", "TP1")]
+                         ("spec warm, B=4", "batch 4"), ("cuda graphs", "eager"), ("TP", "TP1")}
+    assert "not_measured" in rows[("cuda graphs", "eager")] and "not_measured" in rows[("TP", "TP1")]
     for c in res["comparisons"]:
         if "not_measured" not in c:
             assert c["sequences"] == 8 and c["identity_rate"] == c["identical"] / 8
@@ -116,13 +116,24 @@ def test_summary_shows_divergences():
 
 
 @pytest.mark.slow
-def test_tiny_run_over_two_tp_ranks(tmp_path):
-    res = run_exactness_bench(tmp_path, sequences=4, new_tokens=6, shape=TINY, batches=(1, 4), spec_methods=(),
-                              tp=True, progress=lambda *_: None)
-    tp = [c for c in res["comparisons"] if c["run"].startswith("TP2")]
+@pytest.mark.parametrize("world", [2, 3])
+def test_tiny_run_over_tp_ranks(tmp_path, world):
+    """TP2, and TP3 on a model with SmolLM2's head counts (9 query, 3 KV: no TP2 split)."""
+    shape = TINY if world == 2 else replace(TINY, heads=9, kv_heads=3, hidden=72, intermediate=96)
+    res = run_exactness_bench(tmp_path, sequences=4, new_tokens=6, shape=shape, batches=(1, 4), spec_methods=(),
+                              tp=world, progress=lambda *_: None)
+    tp = [c for c in res["comparisons"] if c["run"].startswith(f"TP{world}")]
     assert [c["vs"] for c in tp] == ["batch 4", "alone (B=1)"]
     assert all(c["sequences"] == 4 and c["identity_rate"] == c["identical"] / 4 for c in tp)
     assert all(c["first_divergence"]["count"] == 4 - c["identical"] for c in tp)
+
+
+def test_tp_that_does_not_split_names_one_that_does():
+    smollm2 = ModelArgs.from_hf(tiny_hf_config(hidden_size=576, num_attention_heads=9, num_key_value_heads=3,
+                                               intermediate_size=1536))
+    assert tp_unsupported(smollm2, 3) is None
+    why = tp_unsupported(smollm2, 2)
+    assert "9 query, 3 KV" in why and "--tp 3" in why
 
 
 def test_a_second_invocation_continues_from_the_kept_runs(tmp_path, monkeypatch):
@@ -130,7 +141,7 @@ def test_a_second_invocation_continues_from_the_kept_runs(tmp_path, monkeypatch)
     comparisons; a run cut short (here: the speculative one raising) is the only one run again."""
     import tailrl.bench.exactness as ex
 
-    kw = dict(sequences=4, new_tokens=8, shape=TINY, batches=(1, 2), spec_methods=("ngram",), tp=False,
+    kw = dict(sequences=4, new_tokens=8, shape=TINY, batches=(1, 2), spec_methods=("ngram",), tp=0,
               progress=lambda *_: None)
     real_build = ex.build_engine
 
@@ -181,7 +192,7 @@ def test_a_long_run_reports_its_progress():
 def test_a_kept_run_of_other_code_is_run_again(tmp_path):
     """A kept run records the digest of every file of the code that could have made it; one changed file (here
     the engine's, as recorded) and it is run again."""
-    kw = dict(sequences=2, new_tokens=4, shape=TINY, batches=(2,), spec_methods=(), tp=False, progress=lambda *_: None)
+    kw = dict(sequences=2, new_tokens=4, shape=TINY, batches=(2,), spec_methods=(), tp=0, progress=lambda *_: None)
     first = run_exactness_bench(tmp_path, **kw)
     assert all("cached_from_commit" not in r for r in first["runs"].values())
     assert all("cached_from_commit" in r for r in run_exactness_bench(tmp_path, **kw)["runs"].values())
