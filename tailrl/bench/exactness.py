@@ -16,8 +16,8 @@ at `temperature`, stopping at EOS (bench/exactness_prompts.py):
                   trees), decoupled (the draft in its own process, window 3). History-fed methods run a cold
                   rollout, then a warm one on the same engine, where the history drafter replays the first
                   rollout of each sample (long drafts verified and accepted)
-    preemption    the largest B with a KV pool of a quarter of what it needs (`preempt`): sequences are
-                  preempted and recomputed
+    preemption    the largest B with a KV pool of a quarter of what its running batch needs (`preempt`):
+                  sequences are preempted and recomputed
     graphs        engine.cuda_graphs true vs false at the largest B (CUDA only)
     TP            `tp` ranks (default 2; 0: none) over gloo (tailrl.parallel.tp_generate, CPU fp32) vs one
                   process, largest B
@@ -258,14 +258,16 @@ def run_exactness_bench(out_dir: str | Path, sequences: int = 1000, new_tokens: 
                      "history drafter proposes the first rollout's continuation of each sample."
                      + (f" The draft model is the policy's first {draft_layers} layers with its head." if draft else ""))
     if preempt:
-        need = sum(len(r.prompt_ids) + new_tokens for r in requests for _ in range(r.n))
+        # what the `big` sequences running at once need (not all requests: with more requests than the batch,
+        # a quarter of their total can hold the whole running batch and nothing is preempted)
+        need = sum(sorted((len(r.prompt_ids) + new_tokens for r in requests for _ in range(r.n)), reverse=True)[:big])
         kv = max(new_tokens + 64, need // 4)
         name = f"preemption, B={big}"
         with torch.inference_mode():
             run([name], lambda: build(big, {**plain, "kv_cache_tokens": kv}))
         compare(name, ref)
         notes.append(f"Preemption: max_batch_size={big} with a KV pool of {kv} tokens (a quarter of the "
-                     f"{need} the requests need): {runs[name]['preemptions']} preemptions.")
+                     f"{need} the {big} longest requests need at once): {runs[name]['preemptions']} preemptions.")
     if cuda and overrides.get("attention", "auto") != "torch":
         with torch.inference_mode():
             for name, graphs in ((f"cuda graphs, B={big}", True), (f"eager, B={big}", False)):

@@ -249,3 +249,13 @@ print(json.dumps(sorted(m.__file__ for n, m in sys.modules.items()
     assert set(code_files()) <= with_inits and len(loaded) > 50
     outside = loaded - with_inits
     assert not outside, f"loaded by generation, missed by the static closure: {sorted(outside)}"
+
+
+def test_preemption_run_preempts_with_more_requests_than_the_batch(tmp_path):
+    """The KV pool is a quarter of what the running batch needs, not of every request's need (32 requests at
+    B = 4: a quarter of all of them holds the whole batch and nothing would be preempted)."""
+    res = run_exactness_bench(tmp_path, sequences=32, new_tokens=24, shape=TINY, batches=(4,), spec_methods=(),
+                              tp=0, preempt=True, progress=lambda *_: None)
+    assert res["runs"]["preemption, B=4"]["preemptions"] > 0
+    row = next(c for c in res["comparisons"] if c["run"] == "preemption, B=4")
+    assert row["vs"] == "alone (B=1)" and row["sequences"] == 32
