@@ -70,6 +70,8 @@ SPEC_METHODS = {
     "decoupled": ({"spec.method": "draft", "spec.draft_model": "{draft}", "spec.mode": "decoupled",
                    "spec.decoupled.window": 3}, False),
 }
+
+
 def make_requests(sequences: int, new_tokens: int, vocab: int, seed: int, group: int = GROUP) -> list[Request]:
     """ceil(sequences / group) random prompts with `group` samples each (the last one the remainder), every
     sample forced to exactly new_tokens tokens at temperature 1."""

@@ -169,7 +169,7 @@ def add(sub) -> None:
                    "speculation); draft, bon and decoupled draft with the policy's first --draft-layers layers")
     q.add_argument("--draft-layers", type=int, default=4, help="layers of the draft made from the policy")
     q.add_argument("--preempt", action="store_true", help="also a run at the largest batch whose KV pool holds a "
-                   "quarter of what it needs (preemption and recompute)")
+                   "quarter of what its running batch needs (preemption and recompute)")
     q.add_argument("--no-spec", action="store_true", help="skip the speculative runs (--spec-methods with none)")
     q.add_argument("--tp", type=int, default=2, help="ranks of the TP run over gloo (SmolLM2-135M: 3); --no-tp: none")
     q.add_argument("--no-tp", action="store_true", help="skip the TP run")
@@ -383,8 +383,8 @@ def exactness(a) -> int:
 
     if a.device and a.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda: this machine has no CUDA device")
-    if a.sequences < 1 or a.new_tokens < 1 or min(a.batches) < 1:
-        raise UserError("need --sequences >= 1, --new-tokens >= 1 and batch sizes >= 1")
+    if a.sequences < 1 or a.new_tokens < 1 or min(a.batches) < 1 or a.tp < 2:
+        raise UserError("need --sequences >= 1, --new-tokens >= 1, batch sizes >= 1 and --tp >= 2 (--no-tp: no TP run)")
     if a.threads:
         torch.set_num_threads(a.threads)
     overrides = _engine_overrides(a.engine)

@@ -63,6 +63,8 @@ def test_bad_arguments_are_one_line(capsys):
     assert "--engine max_batch_size: set by the benchmark" in capsys.readouterr().err
     assert main(["bench", "exactness", "--shape", "huge", "--out-dir", "unused"]) == 2
     assert "unknown model shape 'huge'; valid: tiny, small, " in capsys.readouterr().err
+    assert main(["bench", "exactness", "--tp", "1", "--out-dir", "unused"]) == 2
+    assert "--tp >= 2 (--no-tp: no TP run)" in capsys.readouterr().err
 
 
 def test_samplers_side_by_side(tmp_path):
