@@ -49,7 +49,7 @@ from tailrl.errors import UserError
 from tailrl.model import build_model, load, load_weights, save_hf
 from tailrl.model.weights import full_tensors
 from tailrl.parallel.dist import spawn
-from tailrl.parallel.layout import Layout
+from tailrl.parallel.layout import Layout, splits
 from tailrl.parallel.rollout import tp_generate
 from tailrl.perf.hardware import ModelShape
 from tailrl.speculative import build_engine
@@ -125,9 +125,8 @@ def _tp_rank(rank: int, world: int, args, tensors: list, requests: list, cfg: En
 
 def tp_unsupported(args, world: int) -> str | None:
     """Why the model cannot be split over `world` TP ranks, or None."""
-    if args.num_heads % world or args.num_kv_heads % world or args.intermediate_size % world:
-        fits = [t for t in range(2, args.num_kv_heads + 1)
-                if not (args.num_heads % t or args.num_kv_heads % t or args.intermediate_size % t)]
+    if not splits(args, world):
+        fits = [t for t in range(2, args.num_kv_heads + 1) if splits(args, t)]
         return (f"TP{world} needs heads ({args.num_heads} query, {args.num_kv_heads} KV) and MLP width "
                 f"({args.intermediate_size}) divisible by {world}"
                 + (f" (this model splits over {' / '.join(map(str, fits))} ranks: --tp {fits[0]})" if fits else ""))

@@ -12,7 +12,7 @@ from tailrl.model import load
 from tailrl.model.weights import full_tensors
 from tailrl.parallel.controller import PatDecider
 from tailrl.parallel.dist import spawn
-from tailrl.parallel.layout import Layout
+from tailrl.parallel.layout import Layout, splits
 from tailrl.parallel.rollout import forced, tp_generate
 
 
@@ -69,7 +69,7 @@ def check_layout(args, tp: int, dp: int, switch: SwitchParams, profile: dict | N
             raise UserError(f"latency profile lacks {', '.join(missing)} (make one with `tailrl profile tp`)")
         tps = [t for t in tps if world % t == 0] if switch.mode == "auto" else tps  # the controller skips the rest
     for t in tps:
-        if world % t or args.num_heads % t or args.num_kv_heads % t or args.intermediate_size % t:
+        if world % t or not splits(args, t):
             raise UserError(f"TP={t} must divide the world ({world}) and the model's heads "
                             f"({args.num_heads} query, {args.num_kv_heads} KV) and MLP width ({args.intermediate_size})")
 

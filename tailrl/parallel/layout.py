@@ -30,3 +30,9 @@ class Layout:
 
     def __str__(self) -> str:
         return f"TP{self.tp}/DP{self.dp}"
+
+
+def splits(args, tp: int) -> bool:
+    """Whether a model (its ModelArgs) can be split over `tp` TP ranks: query heads, KV heads and MLP width
+    all divide by it (the vocabulary need not: vocab shards are padded)."""
+    return not (args.num_heads % tp or args.num_kv_heads % tp or args.intermediate_size % tp)
